@@ -1,0 +1,277 @@
+package ghsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// user is a GitHub account: a person, an organisation, or an App's bot.
+type user struct {
+	id    int64
+	login string
+	typ   string          // "User", "Organization" or "Bot"
+	json  json.RawMessage // its simple-user representation
+}
+
+// repo is one repository. Its identity fields are fixed at creation; its
+// content (issues, pull requests, refs, commits, statuses, checks) is
+// guarded by mu, which is held for the whole of a mutation so that a
+// mutation, its effect record and its webhooks are applied atomically and
+// in one order.
+type repo struct {
+	id        int64
+	owner     *user
+	name      string
+	fullName  string
+	createdAt time.Time
+	json      json.RawMessage // its repository representation
+	minimal   json.RawMessage // a small form for installation payloads
+
+	// installationID is guarded by Sim.mu: repositories move between
+	// installations.
+	installationID int64
+
+	mu            sync.Mutex
+	nextNumber    int
+	issues        map[int]*issue
+	labels        map[string]*label // by lower-case name
+	refs          map[string]string // "heads/main" → sha
+	commits       map[string]*commit
+	statuses      map[string][]*status // sha → statuses, oldest first
+	checkSuites   map[string][]*checkSuite
+	protection    map[string]*protection // branch → required status checks
+	collaborators map[string]string      // lower-case login → permission
+}
+
+// Repo describes a repository of the simulator.
+type Repo struct {
+	ID             int64  `json:"id"`
+	Owner          string `json:"owner"`
+	Name           string `json:"name"`
+	FullName       string `json:"fullName"`
+	InstallationID int64  `json:"installationId"`
+	DefaultBranch  string `json:"defaultBranch"`
+}
+
+const defaultBranch = "main"
+
+func repoKey(owner, name string) string { return strings.ToLower(owner + "/" + name) }
+
+// userLocked returns the account with login, creating it with typ if new.
+// The caller holds s.mu (or is New).
+func (s *Sim) userLocked(login, typ string) *user {
+	key := strings.ToLower(login)
+	if u, ok := s.users[key]; ok {
+		return u
+	}
+	u := &user{id: s.newID(), login: login, typ: typ}
+	u.json = mustJSON(s.renderUser(u))
+	s.users[key] = u
+	return u
+}
+
+// user returns the account with login, creating a person if new.
+func (s *Sim) user(login string) *user {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.userLocked(login, "User")
+}
+
+// defaultSender is the person admin actions are attributed to when the
+// caller names nobody.
+const defaultSender = "monalisa"
+
+func (s *Sim) sender(login string) *user {
+	if login == "" {
+		login = defaultSender
+	}
+	return s.user(login)
+}
+
+// AddRepo creates repository owner/name in installation installationID. If
+// the installation does not exist, it is created (for the primary App, on
+// the owner's account) and installation "created" is emitted; otherwise
+// installation_repositories "added" is. The repository starts with one
+// commit on main. Adding a repository that exists moves it to
+// installationID (emitting "removed" for its previous installation) or, if
+// it is there already, does nothing.
+func (s *Sim) AddRepo(owner, name string, installationID int64) (Repo, error) {
+	if owner == "" || name == "" || strings.Contains(owner, "/") || strings.Contains(name, "/") {
+		return Repo{}, fmt.Errorf("ghsim: invalid repository name %q/%q: %w", owner, name, ErrInvalid)
+	}
+	if installationID <= 0 {
+		return Repo{}, fmt.Errorf("ghsim: installation ID %d: %w", installationID, ErrInvalid)
+	}
+	s.mu.Lock()
+	inst, instExisted := s.installations[installationID]
+	if !instExisted {
+		inst = s.newInstallationLocked(installationID, owner)
+	}
+	key := repoKey(owner, name)
+	r, exists := s.repos[key]
+	if exists && r.installationID == installationID {
+		s.mu.Unlock()
+		return r.describe(installationID), nil
+	}
+	var previous int64
+	if exists {
+		previous = r.installationID
+		r.installationID = installationID
+	} else {
+		r = s.newRepoLocked(owner, name, installationID)
+	}
+	inst.repoIDs = appendUnique(inst.repoIDs, r.id)
+	if prev := s.installations[previous]; prev != nil {
+		prev.repoIDs = removeID(prev.repoIDs, r.id)
+	}
+	s.mu.Unlock()
+
+	if previous != 0 {
+		s.emitInstallationRepos(previous, "removed", r)
+	}
+	if instExisted {
+		s.emitInstallationRepos(installationID, "added", r)
+	} else {
+		s.emitInstallation(installationID, "created")
+	}
+	return r.describe(installationID), nil
+}
+
+// RemoveRepo takes owner/name out of its installation (the App loses access
+// to it) and emits installation_repositories "removed".
+func (s *Sim) RemoveRepo(owner, name string) error {
+	s.mu.Lock()
+	r, ok := s.repos[repoKey(owner, name)]
+	if !ok || r.installationID == 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("ghsim: repository %s/%s: %w", owner, name, ErrNotFound)
+	}
+	instID := r.installationID
+	r.installationID = 0
+	if inst := s.installations[instID]; inst != nil {
+		inst.repoIDs = removeID(inst.repoIDs, r.id)
+	}
+	s.mu.Unlock()
+	s.emitInstallationRepos(instID, "removed", r)
+	return nil
+}
+
+// Repos lists the repositories, in creation order.
+func (s *Sim) Repos() []Repo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Repo, 0, len(s.repos))
+	for _, r := range s.repos {
+		out = append(out, r.describe(r.installationID))
+	}
+	sortBy(out, func(r Repo) int64 { return r.ID })
+	return out
+}
+
+func (r *repo) describe(installationID int64) Repo {
+	return Repo{ID: r.id, Owner: r.owner.login, Name: r.name, FullName: r.fullName, InstallationID: installationID, DefaultBranch: defaultBranch}
+}
+
+// newRepoLocked creates a repository; the caller holds s.mu.
+func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
+	ownerUser := s.userLocked(owner, "Organization")
+	now := s.now()
+	r := &repo{
+		id:             s.newID(),
+		owner:          ownerUser,
+		name:           name,
+		fullName:       ownerUser.login + "/" + name,
+		createdAt:      now,
+		installationID: installationID,
+		nextNumber:     1,
+		issues:         map[int]*issue{},
+		labels:         map[string]*label{},
+		refs:           map[string]string{},
+		commits:        map[string]*commit{},
+		statuses:       map[string][]*status{},
+		checkSuites:    map[string][]*checkSuite{},
+		protection:     map[string]*protection{},
+		collaborators:  map[string]string{strings.ToLower(defaultSender): "write"},
+	}
+	r.json = mustJSON(s.renderRepo(r))
+	r.minimal = mustJSON(map[string]any{
+		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName, "private": false,
+	})
+	root := r.addCommit(s, "", nil, "Initial commit", now)
+	r.refs["heads/"+defaultBranch] = root.sha
+	s.repos[repoKey(owner, name)] = r
+	s.reposByID[r.id] = r
+	return r
+}
+
+// lookupRepo finds a repository by owner and name.
+func (s *Sim) lookupRepo(owner, name string) (*repo, error) {
+	s.mu.RLock()
+	r, ok := s.repos[repoKey(owner, name)]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("ghsim: repository %s/%s: %w", owner, name, ErrNotFound)
+	}
+	return r, nil
+}
+
+// renderRepo is the REST "repository" representation.
+func (s *Sim) renderRepo(r *repo) map[string]any {
+	api := s.url + "/repos/" + r.fullName
+	html := s.url + "/" + r.fullName
+	ts := formatTime(r.createdAt)
+	m := map[string]any{
+		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName,
+		"owner": r.owner.json, "private": false, "html_url": html, "description": nil, "fork": false,
+		"url": api, "homepage": nil, "language": nil, "license": nil, "mirror_url": nil,
+		"forks": 0, "forks_count": 0, "stargazers_count": 0, "watchers": 0, "watchers_count": 0,
+		"open_issues": 0, "open_issues_count": 0, "size": 0, "default_branch": defaultBranch,
+		"has_issues": true, "has_projects": false, "has_wiki": false, "has_pages": false,
+		"has_downloads": false, "has_discussions": false, "archived": false, "disabled": false,
+		"visibility": "public", "is_template": false, "topics": []string{},
+		"allow_forking": true, "web_commit_signoff_required": false,
+		"pushed_at": ts, "created_at": ts, "updated_at": ts,
+		"git_url":   "git://" + strings.TrimPrefix(s.url, "http://") + "/" + r.fullName + ".git",
+		"ssh_url":   "git@" + strings.TrimPrefix(s.url, "http://") + ":" + r.fullName + ".git",
+		"clone_url": html + ".git", "svn_url": html,
+	}
+	for k, v := range map[string]string{
+		"archive_url": "/{archive_format}{/ref}", "assignees_url": "/assignees{/user}",
+		"blobs_url": "/git/blobs{/sha}", "branches_url": "/branches{/branch}",
+		"collaborators_url": "/collaborators{/collaborator}", "comments_url": "/comments{/number}",
+		"commits_url": "/commits{/sha}", "compare_url": "/compare/{base}...{head}",
+		"contents_url": "/contents/{+path}", "contributors_url": "/contributors",
+		"deployments_url": "/deployments", "downloads_url": "/downloads", "events_url": "/events",
+		"forks_url": "/forks", "git_commits_url": "/git/commits{/sha}", "git_refs_url": "/git/refs{/sha}",
+		"git_tags_url": "/git/tags{/sha}", "hooks_url": "/hooks",
+		"issue_comment_url": "/issues/comments{/number}", "issue_events_url": "/issues/events{/number}",
+		"issues_url": "/issues{/number}", "keys_url": "/keys{/key_id}", "labels_url": "/labels{/name}",
+		"languages_url": "/languages", "merges_url": "/merges", "milestones_url": "/milestones{/number}",
+		"notifications_url": "/notifications{?since,all,participating}", "pulls_url": "/pulls{/number}",
+		"releases_url": "/releases{/id}", "stargazers_url": "/stargazers", "statuses_url": "/statuses/{sha}",
+		"subscribers_url": "/subscribers", "subscription_url": "/subscription", "tags_url": "/tags",
+		"teams_url": "/teams", "trees_url": "/git/trees{/sha}",
+	} {
+		m[k] = api + v
+	}
+	return m
+}
+
+// renderUser is the REST "simple-user" representation.
+func (s *Sim) renderUser(u *user) map[string]any {
+	api := s.url + "/users/" + u.login
+	return map[string]any{
+		"login": u.login, "id": u.id, "node_id": nodeID("U_", u.id),
+		"avatar_url":  s.url + "/avatars/u/" + fmt.Sprint(u.id),
+		"gravatar_id": "", "url": api, "html_url": s.url + "/" + u.login,
+		"followers_url": api + "/followers", "following_url": api + "/following{/other_user}",
+		"gists_url": api + "/gists{/gist_id}", "starred_url": api + "/starred{/owner}{/repo}",
+		"subscriptions_url": api + "/subscriptions", "organizations_url": api + "/orgs",
+		"repos_url": api + "/repos", "events_url": api + "/events{/privacy}",
+		"received_events_url": api + "/received_events", "type": u.typ, "site_admin": false,
+		"user_view_type": "public",
+	}
+}

@@ -1,0 +1,362 @@
+package ghsim
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// authKind says which credential a REST route requires.
+type authKind int
+
+const (
+	authNone         authKind = iota // no credential (the manifest conversion)
+	authApp                          // an App JWT
+	authInstallation                 // an installation access token
+)
+
+// route is one REST operation the simulator serves.
+type route struct {
+	method  string
+	pattern string // net/http ServeMux pattern path
+	auth    authKind
+	// creates marks content-creating requests, which the secondary rate
+	// limit counts.
+	creates bool
+	// perms lists the installation permissions that allow the route, any
+	// of them ("issues:write"); empty means metadata only.
+	perms  []string
+	handle func(*call) response
+}
+
+// call is one REST request on its way through the simulator.
+type call struct {
+	s         *Sim
+	w         http.ResponseWriter
+	r         *http.Request
+	rt        *route
+	path      string // the request path without any /api/v3 prefix
+	requestID string
+	started   time.Time
+
+	app   *app          // the App the JWT or token belongs to
+	inst  *installation // the installation of the token
+	tok   *token
+	repo  *repo // for /repos/{owner}/{repo}/... routes
+	instN int64 // installation ID, 0 for App JWT and anonymous calls
+
+	effects []int // indexes into the effect log of effects this call applied
+}
+
+// response is what a handler answers.
+type response struct {
+	status int
+	body   any // JSON-encoded; nil writes no body
+	header http.Header
+}
+
+const (
+	docsRoot      = "https://docs.github.com/rest"
+	apiV3Prefix   = "/api/v3"
+	mediaTypeJSON = "application/json; charset=utf-8"
+)
+
+func (s *Sim) routes() http.Handler {
+	mux := http.NewServeMux()
+	var all []*route
+	all = append(all, s.appRoutes()...)
+	all = append(all, s.pullRoutes()...)
+	all = append(all, s.issueRoutes()...)
+	all = append(all, s.refRoutes()...)
+	all = append(all, s.statusRoutes()...)
+	all = append(all, s.checkRoutes()...)
+	all = append(all, s.deliveryRoutes()...)
+	all = append(all, s.manifestRoutes()...)
+	for _, rt := range all {
+		mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, rt) })
+	}
+	s.manifestPages(mux)
+	admin := s.adminRoutes()
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := strings.CutPrefix(r.URL.Path, apiV3Prefix); ok && (p == "" || p[0] == '/') {
+			r2 := r.Clone(r.Context())
+			r2.URL.Path = cmp.Or(p, "/")
+			r2.URL.RawPath = ""
+			r = r2
+		}
+		w.Header().Set("X-GitHub-Request-Id", s.newRequestID())
+		if strings.HasPrefix(r.URL.Path, "/_ghsim/") {
+			if !isLoopbackRemote(r.RemoteAddr) {
+				writeJSON(w, http.StatusForbidden, errorBody("the admin API answers loopback clients only", ""))
+				return
+			}
+			admin.ServeHTTP(w, r)
+			return
+		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			s.limits.anonymousHeaders(w.Header(), s.now())
+			writeJSON(w, http.StatusNotFound, errorBody("Not Found", docsRoot))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// serve runs one REST request: authentication, the primary rate limit,
+// repository access, permissions, injected faults, the secondary rate limit,
+// then the handler.
+func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
+	c := &call{s: s, w: w, r: r, rt: rt, path: r.URL.Path, requestID: w.Header().Get("X-GitHub-Request-Id"), started: s.now()}
+	h := w.Header()
+	h.Set("X-GitHub-Media-Type", "github.v3; format=json")
+	h.Set("X-GitHub-Api-Version-Selected", "2022-11-28")
+
+	if resp, ok := s.authenticate(c); !ok {
+		s.limits.anonymousHeaders(h, s.now())
+		s.write(c, resp)
+		return
+	}
+	if resp, ok := s.primaryLimit(c); !ok {
+		s.write(c, resp)
+		return
+	}
+	if rt.auth == authInstallation && r.PathValue("owner") != "" {
+		if resp, ok := s.resolveRepo(c); !ok {
+			s.write(c, resp)
+			return
+		}
+	}
+	if resp, ok := s.checkPermissions(c); !ok {
+		s.write(c, resp)
+		return
+	}
+
+	act := s.faults.pick(r.Method, c.path, c.instN)
+	if act.latency > 0 {
+		t := time.NewTimer(act.latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	switch act.kind {
+	case FaultStatus, FaultTooManyRequests:
+		s.write(c, act.response())
+		return
+	case FaultDropBefore:
+		dropConnection(w)
+		return
+	}
+
+	if rt.creates {
+		if resp, ok := s.secondaryLimit(c); !ok {
+			s.write(c, resp)
+			return
+		}
+	}
+	resp := rt.handle(c)
+	// The end is stamped before the answer leaves: a client that reacts to
+	// the answer by calling again must see its next call start after it.
+	s.effects.finish(c.effects, s.now(), act.kind == FaultDropAfter)
+	if act.kind == FaultDropAfter {
+		dropConnection(w)
+		return
+	}
+	s.write(c, resp)
+}
+
+// write sends a response.
+func (s *Sim) write(c *call, resp response) {
+	h := c.w.Header()
+	for k, vs := range resp.header {
+		h[k] = vs
+	}
+	writeJSON(c.w, resp.status, resp.body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	if body == nil || status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	b, err := appendJSON(make([]byte, 0, 1024), body)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = mustJSON(errorBody("encode the response: "+err.Error(), docsRoot))
+	}
+	w.Header().Set("Content-Type", mediaTypeJSON)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// dropConnection closes the client's connection without an answer.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // cannot hijack: abort the response instead
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0) // reset, as a crashed peer would
+	}
+	_ = conn.Close()
+}
+
+// resolveRepo finds the repository of the route and checks that the token
+// reaches it; GitHub answers 404 for a repository a token cannot see.
+func (s *Sim) resolveRepo(c *call) (response, bool) {
+	owner, name := c.r.PathValue("owner"), c.r.PathValue("repo")
+	s.mu.RLock()
+	r, ok := s.repos[repoKey(owner, name)]
+	var reach bool
+	if ok {
+		reach = r.installationID == c.instN && c.tok.reaches(r.id)
+	}
+	s.mu.RUnlock()
+	if !ok || !reach {
+		return notFound(), false
+	}
+	c.repo = r
+	return response{}, true
+}
+
+// applied records that this call applied a mutation to resource. The caller
+// holds the repository's lock, so effects on one repository are logged in
+// the order they were applied.
+func (c *call) applied(resource string, status int) {
+	c.effects = append(c.effects, c.s.effects.add(Effect{
+		InstallationID: c.instN,
+		Method:         c.r.Method,
+		Path:           c.path,
+		Status:         status,
+		RequestID:      c.requestID,
+		Resource:       resource,
+		StartedAt:      c.started,
+	}, c.s.now()))
+}
+
+// decode reads a JSON request body into v. An empty body leaves v alone.
+func (c *call) decode(v any) (response, bool) {
+	body, err := io.ReadAll(io.LimitReader(c.r.Body, 25<<20))
+	if err != nil {
+		return errResponse(http.StatusBadRequest, "Problems reading the request body", docsRoot), false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return response{}, true
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return errResponse(http.StatusBadRequest, "Problems parsing JSON", docsRoot), false
+	}
+	return response{}, true
+}
+
+// intParam reads a positive integer path value.
+func (c *call) intParam(name string) (int, bool) {
+	n, err := strconv.Atoi(c.r.PathValue(name))
+	return n, err == nil && n > 0
+}
+
+// sender is who REST mutations are attributed to: the App's bot.
+func (c *call) sender() *user { return c.app.bot }
+
+// paginate applies per_page and page to a list of n items, sets the Link
+// header and returns the slice bounds.
+func (c *call) paginate(n int) (lo, hi int, header http.Header) {
+	q := c.r.URL.Query()
+	perPage, err := strconv.Atoi(q.Get("per_page"))
+	if err != nil || perPage <= 0 {
+		perPage = 30
+	}
+	perPage = min(perPage, 100)
+	page, err := strconv.Atoi(q.Get("page"))
+	if err != nil || page <= 0 {
+		page = 1
+	}
+	last := max(1, (n+perPage-1)/perPage)
+	lo = min(n, (page-1)*perPage)
+	hi = min(n, lo+perPage)
+	var links []string
+	link := func(p int, rel string) {
+		u := c.selfURL()
+		v := u.Query()
+		v.Set("page", strconv.Itoa(p))
+		v.Set("per_page", strconv.Itoa(perPage))
+		u.RawQuery = v.Encode()
+		links = append(links, fmt.Sprintf("<%s>; rel=%q", u.String(), rel))
+	}
+	if page > 1 {
+		link(min(page-1, last), "prev")
+	}
+	if page < last {
+		link(page+1, "next")
+		link(last, "last")
+	}
+	if page > 1 {
+		link(1, "first")
+	}
+	header = http.Header{}
+	if len(links) > 0 {
+		header.Set("Link", strings.Join(links, ", "))
+	}
+	return lo, hi, header
+}
+
+// selfURL is the URL the client asked for, as the client addressed it.
+func (c *call) selfURL() *url.URL {
+	u := *c.r.URL
+	u.Scheme = "http"
+	u.Host = c.r.Host
+	if strings.HasPrefix(c.r.RequestURI, apiV3Prefix) {
+		u.Path = apiV3Prefix + c.path
+	}
+	u.RawPath = ""
+	return &u
+}
+
+// errorBody is GitHub's error shape.
+func errorBody(message, doc string) map[string]any {
+	m := map[string]any{"message": message}
+	if doc != "" {
+		m["documentation_url"] = doc
+	}
+	return m
+}
+
+func errResponse(status int, message, doc string) response {
+	b := errorBody(message, doc)
+	b["status"] = strconv.Itoa(status)
+	return response{status: status, body: b}
+}
+
+func notFound() response { return errResponse(http.StatusNotFound, "Not Found", docsRoot) }
+
+// validationFailed is a 422 with one error entry.
+func validationFailed(resource, field, code, message string) response {
+	e := map[string]any{"resource": resource, "field": field, "code": code}
+	if message != "" {
+		e["message"] = message
+	}
+	return response{status: http.StatusUnprocessableEntity, body: map[string]any{
+		"message": "Validation Failed", "errors": []any{e}, "documentation_url": docsRoot, "status": "422",
+	}}
+}
+
+func isLoopbackRemote(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

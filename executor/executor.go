@@ -1,0 +1,234 @@
+package executor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// Dispatcher hands an operation to the queue. Dispatch returns once the
+// queue has durably accepted the operation ID. Package queue implements it.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, operationID string) error
+}
+
+// Config configures an Executor.
+type Config struct {
+	// Store keeps the records. Required.
+	Store Store
+	// Dispatcher publishes new operations. Required.
+	Dispatcher Dispatcher
+	// Now is the clock of records' timestamps. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives the executor's events. Defaults to zap.NewNop().
+	Logger *zap.Logger
+	// MarkInterval is how long dispatched IDs wait to be marked in the
+	// store, so that many marks share one write. Defaults to 20ms.
+	MarkInterval time.Duration
+}
+
+// Executor accepts operations (Submit), cancels them (Cancel) and reports
+// them (Get, List).
+type Executor struct {
+	store      Store
+	dispatcher Dispatcher
+	now        func() time.Time
+	log        *zap.Logger
+	marks      *marker
+}
+
+// New validates cfg and returns an Executor. Call Start before Submit and
+// Stop when done.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("executor: Config.Store is required")
+	}
+	if cfg.Dispatcher == nil {
+		return nil, errors.New("executor: Config.Dispatcher is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cfg.MarkInterval = cmp.Or(cfg.MarkInterval, 20*time.Millisecond)
+	log := cfg.Logger.With(zap.String(LogSubsystem, "executor"))
+	return &Executor{
+		store:      cfg.Store,
+		dispatcher: cfg.Dispatcher,
+		now:        cfg.Now,
+		log:        log,
+		marks:      newMarker(cfg.Store, cfg.MarkInterval, cfg.Now, log),
+	}, nil
+}
+
+// Start starts the executor's background work and returns once it runs.
+func (e *Executor) Start(ctx context.Context) error {
+	e.marks.start()
+	return nil
+}
+
+// Stop flushes pending bookkeeping and stops the background work, waiting
+// at most until ctx ends. It is safe before Start and safe twice.
+func (e *Executor) Stop(ctx context.Context) error {
+	return e.marks.stop(ctx)
+}
+
+// Submit turns what actor asked for into an operation. A new operation is
+// stored (durably) and dispatched: created is true. The same actor and
+// idempotency key with the same input returns the existing operation,
+// created false; with different input it is schema.ErrIdempotencyConflict
+// naming the existing operation, and nothing happens.
+//
+// A dispatch that fails does not fail the submission: the record is
+// already durable and the queue's reconciler publishes it later.
+func (e *Executor) Submit(ctx context.Context, actor string, s schema.Submission) (schema.Record, bool, error) {
+	rec, err := NewRecord(actor, s, e.now())
+	if err != nil {
+		return schema.Record{}, false, err
+	}
+	stored, created, err := e.store.Create(ctx, rec)
+	if err != nil {
+		return schema.Record{}, false, err
+	}
+	if !stored.Terminal() && stored.DispatchedAt == nil {
+		e.dispatch(ctx, &stored)
+	}
+	return stored, created, nil
+}
+
+// dispatch publishes one operation and queues the outbox mark.
+func (e *Executor) dispatch(ctx context.Context, rec *schema.Record) {
+	if err := e.dispatcher.Dispatch(ctx, rec.OperationID); err != nil {
+		e.log.Warn("dispatch failed; the reconciler will publish it",
+			zap.String(LogEvent, "dispatch_failed"), zap.String(LogOperationID, rec.OperationID), zap.Error(err))
+		return
+	}
+	e.marks.add(rec.OperationID)
+}
+
+// Get returns an operation's record.
+func (e *Executor) Get(ctx context.Context, operationID string) (schema.Record, error) {
+	return e.store.Get(ctx, operationID)
+}
+
+// List returns records matching f, newest first, with the next cursor.
+func (e *Executor) List(ctx context.Context, f ListFilter) ([]schema.Record, string, error) {
+	return e.store.List(ctx, f)
+}
+
+// Cancel cancels a queued operation at once, or asks a running one to stop
+// at its next boundary (between attempts or during a wait; a call to GitHub
+// in flight is never interrupted). A terminal operation is
+// schema.ErrAlreadyTerminal.
+func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Record, error) {
+	rec, err := e.store.RequestCancel(ctx, operationID)
+	if err == nil {
+		e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),
+			zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))
+	}
+	return rec, err
+}
+
+// marker batches outbox marks: IDs the queue acknowledged are written to
+// the store together, every interval, in one write.
+type marker struct {
+	store    Store
+	interval time.Duration
+	now      func() time.Time
+	log      *zap.Logger
+
+	mu      sync.Mutex
+	pending []string
+	wake    chan struct{}
+
+	startOnce sync.Once
+	stopOnce  sync.Once
+	quit      chan struct{}
+	done      chan struct{}
+	started   bool
+}
+
+func newMarker(store Store, interval time.Duration, now func() time.Time, log *zap.Logger) *marker {
+	return &marker{store: store, interval: interval, now: now, log: log,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (m *marker) start() {
+	m.startOnce.Do(func() {
+		m.mu.Lock()
+		m.started = true
+		m.mu.Unlock()
+		go m.run()
+	})
+}
+
+func (m *marker) add(id string) {
+	m.mu.Lock()
+	m.pending = append(m.pending, id)
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *marker) run() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.quit:
+			m.flush(context.Background())
+			return
+		case <-m.wake:
+		}
+		t := time.NewTimer(m.interval)
+		select {
+		case <-m.quit:
+			t.Stop()
+			m.flush(context.Background())
+			return
+		case <-t.C:
+		}
+		m.flush(context.Background())
+	}
+}
+
+func (m *marker) flush(ctx context.Context) {
+	m.mu.Lock()
+	ids := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if err := m.store.MarkDispatched(ctx, ids, m.now()); err != nil {
+		// Not fatal: an unmarked record is at worst checked again by the
+		// reconciler, which finds its message in the stream.
+		m.log.Warn("marking dispatched operations failed", zap.String(LogEvent, "mark_dispatched_failed"),
+			zap.Int("count", len(ids)), zap.Error(err))
+	}
+}
+
+func (m *marker) stop(ctx context.Context) error {
+	m.mu.Lock()
+	started := m.started
+	m.mu.Unlock()
+	if !started {
+		return nil
+	}
+	m.stopOnce.Do(func() { close(m.quit) })
+	select {
+	case <-m.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,365 @@
+package executor
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/schema"
+)
+
+// SQLiteStore keeps operation records in baton's SQLite database. Writes go
+// through the database's group-commit writer, so a Create that returned has
+// been fsynced (with the default synchronous=FULL), and concurrent callers
+// share one transaction and one fsync.
+type SQLiteStore struct {
+	db  *sqlite.DB
+	now func() time.Time
+}
+
+var _ Store = (*SQLiteStore)(nil)
+
+// NewSQLiteStore returns a store on db. now supplies the time of updates
+// made by the store itself (a cancellation); nil means time.Now.
+func NewSQLiteStore(db *sqlite.DB, now func() time.Time) *SQLiteStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &SQLiteStore{db: db, now: now}
+}
+
+// Create implements Store.
+func (s *SQLiteStore) Create(ctx context.Context, rec *schema.Record) (schema.Record, bool, error) {
+	if err := rec.Validate(); err != nil {
+		return schema.Record{}, false, err
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return schema.Record{}, false, fmt.Errorf("executor: encode record: %w", err)
+	}
+	var (
+		stored  schema.Record
+		created bool
+	)
+	err = s.db.Write(ctx, func(tx *sqlite.Tx) error {
+		res, err := tx.Exec(`INSERT INTO operations
+			(operation_id, idempotency_hash, actor, action, resource_type, resource_id, installation_id,
+			 status, cancellation_requested, created_at, updated_at, dispatched_at, body)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (operation_id) DO NOTHING`,
+			rec.OperationID, rec.IdempotencyHash, rec.Actor, rec.Action, rec.Resource.Type, rec.Resource.ID,
+			rec.InstallationID, string(rec.Status), rec.CancellationRequested, rec.CreatedAt.UnixMicro(),
+			rec.UpdatedAt.UnixMicro(), microsOrNil(rec.DispatchedAt), body)
+		if err != nil {
+			return fmt.Errorf("executor: insert operation: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			created = true
+			stored = rec.Clone()
+			return nil
+		}
+		existing, err := scanRecord(tx.QueryRow(selectRecord+` WHERE operation_id = ?`, rec.OperationID))
+		if err != nil {
+			return err
+		}
+		if existing.IdempotencyHash != rec.IdempotencyHash {
+			return schema.ConflictError(existing.OperationID)
+		}
+		stored = existing
+		return nil
+	})
+	if err != nil {
+		return schema.Record{}, false, err
+	}
+	return stored, created, nil
+}
+
+// Get implements Store.
+func (s *SQLiteStore) Get(ctx context.Context, operationID string) (schema.Record, error) {
+	return scanRecord(s.db.QueryRow(ctx, selectRecord+` WHERE operation_id = ?`, operationID))
+}
+
+// Save implements Store.
+func (s *SQLiteStore) Save(ctx context.Context, rec *schema.Record) error {
+	return s.SaveGuarded(ctx, rec, nil)
+}
+
+// SaveGuarded is Save with a guard run first in the same transaction: if
+// the guard returns an error nothing is written and that error is
+// returned. The executor passes the lease coordinator's ownership check,
+// so that a worker that lost its lease cannot write.
+func (s *SQLiteStore) SaveGuarded(ctx context.Context, rec *schema.Record, guard func(*sqlite.Tx) error) error {
+	if err := rec.Validate(); err != nil {
+		return err
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("executor: encode record: %w", err)
+	}
+	var merged bool
+	err = s.db.Write(ctx, func(tx *sqlite.Tx) error {
+		if guard != nil {
+			if err := guard(tx); err != nil {
+				return err
+			}
+		}
+		var (
+			status    string
+			hash      string
+			cancelled bool
+		)
+		err := tx.QueryRow(`SELECT status, idempotency_hash, cancellation_requested FROM operations WHERE operation_id = ?`,
+			rec.OperationID).Scan(&status, &hash, &cancelled)
+		if errors.Is(err, sql.ErrNoRows) {
+			return schema.Errorf(schema.CodeNotFound, "operation %s not found", rec.OperationID)
+		}
+		if err != nil {
+			return fmt.Errorf("executor: read operation: %w", err)
+		}
+		if hash != rec.IdempotencyHash {
+			return fmt.Errorf("executor: save of %s changes what the operation asks for", rec.OperationID)
+		}
+		from := schema.Status(status)
+		if from.Terminal() {
+			return &schema.Error{Code: schema.CodeAlreadyTerminal, Message: fmt.Sprintf("operation %s is already %s", rec.OperationID, from)}
+		}
+		if !schema.CanTransition(from, rec.Status) {
+			return fmt.Errorf("executor: operation %s cannot move from %s to %s", rec.OperationID, from, rec.Status)
+		}
+		b := body
+		if cancelled && !rec.CancellationRequested {
+			// A cancellation arrived after the caller read the record: keep it.
+			c := rec.Clone()
+			c.CancellationRequested = true
+			if b, err = json.Marshal(&c); err != nil {
+				return fmt.Errorf("executor: encode record: %w", err)
+			}
+			merged = true
+		}
+		_, err = tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = ?, updated_at = ?,
+			installation_id = ?, body = ? WHERE operation_id = ?`,
+			string(rec.Status), cancelled || rec.CancellationRequested, rec.UpdatedAt.UnixMicro(),
+			rec.InstallationID, b, rec.OperationID)
+		if err != nil {
+			return fmt.Errorf("executor: update operation: %w", err)
+		}
+		return nil
+	})
+	if err == nil && merged {
+		rec.CancellationRequested = true
+	}
+	return err
+}
+
+// RequestCancel implements Store.
+func (s *SQLiteStore) RequestCancel(ctx context.Context, operationID string) (schema.Record, error) {
+	var out schema.Record
+	err := s.db.Write(ctx, func(tx *sqlite.Tx) error {
+		rec, err := scanRecord(tx.QueryRow(selectRecord+` WHERE operation_id = ?`, operationID))
+		if err != nil {
+			return err
+		}
+		if rec.Status.Terminal() {
+			out = rec
+			return &schema.Error{
+				Code:    schema.CodeAlreadyTerminal,
+				Message: fmt.Sprintf("operation %s is already %s", operationID, rec.Status),
+				Details: map[string]any{"operationId": operationID, "status": string(rec.Status)},
+			}
+		}
+		now := s.now().UTC()
+		rec.CancellationRequested = true
+		rec.UpdatedAt = now
+		if rec.Status == schema.StatusQueued {
+			rec.Status = schema.StatusCancelled
+			rec.Outcome = schema.OutcomeCancelled
+			rec.CompletedAt = &now
+			rec.NextAttemptAt = nil
+		}
+		body, err := json.Marshal(&rec)
+		if err != nil {
+			return fmt.Errorf("executor: encode record: %w", err)
+		}
+		if _, err := tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = 1, updated_at = ?, body = ?
+			WHERE operation_id = ?`, string(rec.Status), now.UnixMicro(), body, operationID); err != nil {
+			return fmt.Errorf("executor: update operation: %w", err)
+		}
+		out = rec
+		return nil
+	})
+	return out, err
+}
+
+// List implements Store.
+func (s *SQLiteStore) List(ctx context.Context, f ListFilter) ([]schema.Record, string, error) {
+	limit := f.Limit
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 0 || limit > 500 {
+		return nil, "", schema.Invalidf("limit must be between 1 and 500")
+	}
+	var (
+		where []string
+		args  []any
+	)
+	if f.Status != "" {
+		if !f.Status.Valid() {
+			return nil, "", schema.Invalidf("status %q is not a known status", f.Status)
+		}
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Action != "" {
+		where, args = append(where, "action = ?"), append(args, f.Action)
+	}
+	if f.ResourceType != "" {
+		where, args = append(where, "resource_type = ?"), append(args, f.ResourceType)
+	}
+	if f.ResourceID != "" {
+		where, args = append(where, "resource_id = ?"), append(args, f.ResourceID)
+	}
+	if f.Actor != "" {
+		where, args = append(where, "actor = ?"), append(args, f.Actor)
+	}
+	if f.Cursor != "" {
+		seq, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = append(where, "seq < ?"), append(args, seq)
+	}
+	q := `SELECT seq, body, cancellation_requested, dispatched_at FROM operations`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY seq DESC LIMIT ?"
+	args = append(args, limit+1)
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("executor: list operations: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out  []schema.Record
+		seqs []int64
+	)
+	for rows.Next() {
+		var (
+			seq        int64
+			body       []byte
+			cancelled  bool
+			dispatched sql.NullInt64
+		)
+		if err := rows.Scan(&seq, &body, &cancelled, &dispatched); err != nil {
+			return nil, "", fmt.Errorf("executor: list operations: %w", err)
+		}
+		rec, err := decodeRecord(body, cancelled, dispatched)
+		if err != nil {
+			return nil, "", err
+		}
+		out, seqs = append(out, rec), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("executor: list operations: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = encodeCursor(seqs[limit-1])
+	}
+	return out, next, nil
+}
+
+// MarkDispatched implements Store.
+func (s *SQLiteStore) MarkDispatched(ctx context.Context, ids []string, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.db.Write(ctx, func(tx *sqlite.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.Exec(`UPDATE operations SET dispatched_at = ? WHERE operation_id = ?`, at.UnixMicro(), id); err != nil {
+				return fmt.Errorf("executor: mark dispatched: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Undispatched implements Store.
+func (s *SQLiteStore) Undispatched(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT operation_id FROM operations
+		WHERE status IN ('queued', 'running') AND (dispatched_at IS NULL OR dispatched_at < ?)
+		ORDER BY seq LIMIT ?`, before.UnixMicro(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("executor: list undispatched: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("executor: list undispatched: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+const selectRecord = `SELECT body, cancellation_requested, dispatched_at FROM operations`
+
+func scanRecord(row *sql.Row) (schema.Record, error) {
+	var (
+		body       []byte
+		cancelled  bool
+		dispatched sql.NullInt64
+	)
+	if err := row.Scan(&body, &cancelled, &dispatched); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return schema.Record{}, schema.Errorf(schema.CodeNotFound, "operation not found")
+		}
+		return schema.Record{}, fmt.Errorf("executor: read operation: %w", err)
+	}
+	return decodeRecord(body, cancelled, dispatched)
+}
+
+func decodeRecord(body []byte, cancelled bool, dispatched sql.NullInt64) (schema.Record, error) {
+	var rec schema.Record
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return schema.Record{}, fmt.Errorf("executor: decode operation: %w", err)
+	}
+	rec.CancellationRequested = rec.CancellationRequested || cancelled
+	if dispatched.Valid {
+		t := time.UnixMicro(dispatched.Int64).UTC()
+		rec.DispatchedAt = &t
+	}
+	return rec, nil
+}
+
+func microsOrNil(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// Cursors are opaque to clients: the base64 of the last seq returned.
+func encodeCursor(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("s" + strconv.FormatInt(seq, 10)))
+}
+
+func decodeCursor(c string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil && len(b) > 1 && b[0] == 's' {
+		if seq, err := strconv.ParseInt(string(b[1:]), 10, 64); err == nil && seq > 0 {
+			return seq, nil
+		}
+	}
+	return 0, schema.Invalidf("cursor is not one baton returned")
+}

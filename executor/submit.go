@@ -1,0 +1,54 @@
+package executor
+
+import (
+	"time"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// NewRecord validates what actor submitted and builds the queued record
+// for it, with its identity: operationId from (actor, idempotencyKey),
+// idempotencyHash from (actor, action, resource, payload).
+func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record, error) {
+	if err := schema.ValidateActor(actor); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	payload, err := schema.Canonical(s.Payload)
+	if err != nil {
+		return nil, err
+	}
+	id, err := OperationID(actor, s.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := IdempotencyHash(actor, s.Action, s.Resource, payload)
+	if err != nil {
+		return nil, err
+	}
+	now = now.UTC()
+	return &schema.Record{
+		OperationID:     id,
+		IdempotencyHash: hash,
+		IdempotencyKey:  s.IdempotencyKey,
+		Actor:           actor,
+		Action:          s.Action,
+		Resource:        s.Resource,
+		Payload:         payload,
+		CorrelationID:   s.CorrelationID,
+		InstallationID:  s.InstallationID,
+		Status:          schema.StatusQueued,
+		MaxAttempts:     cmpOr(s.MaxAttempts, schema.DefaultMaxAttempts),
+		CreatedAt:       now,
+		UpdatedAt:       now,
+	}, nil
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}

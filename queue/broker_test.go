@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"embedded without data dir", Config{}, "DataDir"},
+		{"embedded with replicas", Config{DataDir: "d", Replicas: 3}, "one replica"},
+		{"embedded with credentials", Config{DataDir: "d", CredentialsFile: "c"}, "external server"},
+		{"external with listen", Config{URL: "nats://x", ListenAddr: ":4222"}, "ListenAddr"},
+		{"external with sync", Config{URL: "nats://x", SyncAlways: true}, "SyncAlways"},
+		{"short dedupe window", Config{DataDir: "d", DuplicateWindow: time.Minute}, "DuplicateWindow"},
+		{"cert without key", Config{URL: "nats://x", TLSCertFile: "c"}, "TLSKeyFile"},
+		{"creds and nkey", Config{URL: "nats://x", CredentialsFile: "c", NKeySeedFile: "n"}, "exclusive"},
+		{"too many replicas", Config{URL: "nats://x", Replicas: 7}, "Replicas"},
+		{"negative timeout", Config{DataDir: "d", PublishTimeout: -time.Second}, "PublishTimeout"},
+	} {
+		_, err := New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New error = %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+
+	b, err := New(Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  ConsumerConfig
+		want string
+	}{
+		{"no handler", ConsumerConfig{}, "Handler"},
+		{"short ack wait", ConsumerConfig{Handler: newRecorder().handle, AckWait: 100 * time.Millisecond}, "AckWait"},
+		{"bad durable", ConsumerConfig{Handler: newRecorder().handle, Durable: "a.b"}, "Durable"},
+		{"negative max ack pending", ConsumerConfig{Handler: newRecorder().handle, MaxAckPending: -1}, "MaxAckPending"},
+	} {
+		_, err := NewConsumer(b, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewConsumer error = %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := NewReconciler(b, ReconcilerConfig{}); err == nil {
+		t.Error("NewReconciler without functions: no error")
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, err := New(Config{DataDir: t.TempDir(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ready(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Ready before Start = %v, want ErrNotRunning", err)
+	}
+	if err := b.Dispatch(ctx, "op"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Dispatch before Start = %v, want ErrNotRunning", err)
+	}
+	c, err := NewConsumer(b, ConsumerConfig{Handler: newRecorder().handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("consumer Start on a broker not started = %v, want ErrNotRunning", err)
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Errorf("consumer Stop before Start = %v", err)
+	}
+
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err == nil {
+		t.Error("second Start: no error")
+	}
+	if err := b.Ready(); err != nil {
+		t.Errorf("Ready = %v", err)
+	}
+	c2, err := NewConsumer(b, ConsumerConfig{Handler: newRecorder().handle, FetchWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Ready(); err != nil {
+		t.Errorf("consumer Ready = %v", err)
+	}
+	// The broker's Stop stops the consumer too.
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Ready(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("consumer Ready after broker Stop = %v, want ErrNotRunning", err)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Errorf("second Stop = %v", err)
+	}
+	if err := c2.Stop(ctx); err != nil {
+		t.Errorf("consumer Stop after broker Stop = %v", err)
+	}
+	if err := b.Dispatch(ctx, "op"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Dispatch after Stop = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestListenAddr(t *testing.T) {
+	t.Parallel()
+	quiet := startBroker(t, "")
+	if quiet.ListenURL() != "" {
+		t.Errorf("ListenURL without ListenAddr = %q, want none", quiet.ListenURL())
+	}
+
+	b := startBroker(t, "", func(c *Config) { c.ListenAddr = "127.0.0.1:0" })
+	url := b.ListenURL()
+	if url == "" {
+		t.Fatal("no ListenURL with ListenAddr set")
+	}
+	// An operator's client sees baton's streams.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	dispatch(t, b, "seen-from-outside")
+	msg, err := nc.Request("$JS.API.STREAM.INFO."+StreamOperations, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg.Data), `"messages":1`) {
+		t.Errorf("stream info from an outside client: %s", msg.Data)
+	}
+}
+
+// Restarting the embedded server on the same data directory keeps the
+// messages nobody acknowledged, and the streams are set up again without
+// losing them.
+func TestRestartKeepsUnacknowledged(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ids := opIDs("restart", 20)
+
+	first, err := New(Config{DataDir: dir, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dispatch(t, first, ids...)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startBroker(t, dir)
+	if got := streamMsgs(t, b.sess.Load().ops); got != uint64(len(ids)) {
+		t.Fatalf("after restart the stream holds %d messages, want %d", got, len(ids))
+	}
+	rec := newRecorder()
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle})
+	eventually(t, 10*time.Second, "every operation handled after restart", func() bool { return rec.seen() == len(ids) })
+	for _, id := range ids {
+		if n := rec.count(id); n != 1 {
+			t.Errorf("%s handled %d times, want 1", id, n)
+		}
+	}
+}

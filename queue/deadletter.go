@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// ErrDeadLetterNotFound is returned for a sequence that holds no dead
+// letter (never did, or it was replayed or purged).
+var ErrDeadLetterNotFound = errors.New("queue: dead letter not found")
+
+// DeadLetter is an operation in StreamDeadLetters.
+type DeadLetter struct {
+	// Sequence is the dead letter's sequence in StreamDeadLetters: what
+	// ReplayDeadLetter takes.
+	Sequence    uint64    `json:"sequence"`
+	OperationID string    `json:"operationId"`
+	Reason      string    `json:"reason"`   // the last failure's error text
+	Failures    int       `json:"failures"` // consumer failures counted
+	Time        time.Time `json:"time"`     // when it was dead-lettered
+}
+
+// deadLetter stores a dead letter for the operation, whose message (at
+// sequence fromSeq in StreamOperations) failed n times.
+func (s *session) deadLetter(ctx context.Context, id string, n int, reason string, fromSeq uint64) error {
+	m := &nats.Msg{
+		Subject: DeadLetterSubject(id),
+		Data:    []byte(id),
+		Header: nats.Header{
+			jetstream.MsgIDHeader: []string{deadLetterMsgID(id, fromSeq)},
+			HeaderFailures:        []string{strconv.Itoa(n)},
+			HeaderReason:          []string{reason},
+		},
+	}
+	_, err := s.js.PublishMsg(ctx, m)
+	return err
+}
+
+// DeadLetters lists up to limit dead letters with a sequence above after,
+// oldest first (limit <= 0: 100). To page, pass the last Sequence seen.
+func (b *Broker) DeadLetters(ctx context.Context, after uint64, limit int) ([]DeadLetter, error) {
+	s, err := b.session()
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	out := []DeadLetter{}
+	seq := after + 1
+	for len(out) < limit {
+		raw, err := s.dlq.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(deadLettersPrefix+">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue: list dead letters: %w", err)
+		}
+		if dl, ok := parseDeadLetter(raw); ok {
+			out = append(out, dl)
+		}
+		seq = raw.Sequence + 1
+	}
+	return out, nil
+}
+
+// DeadLetter returns the dead letter at seq.
+func (b *Broker) DeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	s, err := b.session()
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	return s.getDeadLetter(ctx, seq)
+}
+
+func (s *session) getDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	raw, err := s.dlq.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DeadLetter{}, fmt.Errorf("%w: sequence %d", ErrDeadLetterNotFound, seq)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("queue: get dead letter %d: %w", seq, err)
+	}
+	dl, ok := parseDeadLetter(raw)
+	if !ok {
+		return DeadLetter{}, fmt.Errorf("%w: sequence %d is not a dead letter", ErrDeadLetterNotFound, seq)
+	}
+	return dl, nil
+}
+
+func parseDeadLetter(raw *jetstream.RawStreamMsg) (DeadLetter, bool) {
+	id, ok := operationIDFromSubject(raw.Subject, deadLettersPrefix)
+	if !ok {
+		return DeadLetter{}, false
+	}
+	n, _ := strconv.Atoi(raw.Header.Get(HeaderFailures))
+	return DeadLetter{
+		Sequence:    raw.Sequence,
+		OperationID: id,
+		Reason:      raw.Header.Get(HeaderReason),
+		Failures:    n,
+		Time:        raw.Time,
+	}, true
+}
+
+// ReplayDeadLetter puts the operation of the dead letter at seq back into
+// StreamOperations with no failures counted, then removes the dead letter.
+// The replayed message has its own message ID, so it is stored even within
+// the dedupe window of the operation's first dispatch. If baton stops
+// between the two steps, the dead letter stays and replaying it again
+// stores nothing new.
+func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	s, err := b.session()
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	dl, err := s.getDeadLetter(ctx, seq)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if _, err := s.js.PublishMsg(ctx, operationMsg(dl.OperationID, replayMsgID(dl.OperationID, seq))); err != nil {
+		return DeadLetter{}, fmt.Errorf("queue: replay dead letter %d: %w", seq, err)
+	}
+	b.counters.replayed.Add(1)
+	if err := s.dlq.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DeadLetter{}, fmt.Errorf("queue: remove replayed dead letter %d: %w", seq, err)
+	}
+	b.log.Info("dead letter replayed", zap.String(fieldEvent, "queue.dead_letter_replayed"),
+		zap.String(fieldOperationID, dl.OperationID), zap.Uint64(fieldSequence, seq))
+	return dl, nil
+}
+
+// PurgeDeadLetters removes every dead letter. The operations' records are
+// not touched: one that is not terminal is published again by the
+// reconciler, so cancel operations before purging their dead letters.
+func (b *Broker) PurgeDeadLetters(ctx context.Context) error {
+	s, err := b.session()
+	if err != nil {
+		return err
+	}
+	if err := s.dlq.Purge(ctx); err != nil {
+		return fmt.Errorf("queue: purge dead letters: %w", err)
+	}
+	b.log.Info("dead letters purged", zap.String(fieldEvent, "queue.dead_letters_purged"))
+	return nil
+}

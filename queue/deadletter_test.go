@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Five consumer failures (a panic among them) give exactly one dead letter
+// with the last reason; replaying it runs the operation once more, even
+// inside the dedupe window of its first dispatch.
+func TestDeadLetterAndReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	var healed atomic.Bool
+	rec := newRecorder()
+	rec.result = func(id string, call int) Result {
+		switch {
+		case id != "poison" || healed.Load():
+			return Done()
+		case call == 3:
+			panic("nil map")
+		default:
+			return Failed(fmt.Errorf("store unavailable (call %d)", call))
+		}
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle})
+	dispatch(t, b, "poison", "healthy")
+
+	var dls []DeadLetter
+	eventually(t, 10*time.Second, "a dead letter", func() bool {
+		var err error
+		dls, err = b.DeadLetters(ctx, 0, 0)
+		return err == nil && len(dls) > 0
+	})
+	eventually(t, 5*time.Second, "poison gone from OPERATIONS", func() bool { return streamMsgs(t, b.sess.Load().ops) == 0 })
+	dls, err := b.DeadLetters(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 {
+		t.Fatalf("dead letters: %+v, want exactly one", dls)
+	}
+	dl := dls[0]
+	if dl.OperationID != "poison" || dl.Failures != 5 || dl.Reason != "store unavailable (call 5)" ||
+		time.Since(dl.Time) > time.Minute || dl.Sequence == 0 {
+		t.Errorf("dead letter = %+v", dl)
+	}
+	if n := rec.count("poison"); n != 5 {
+		t.Errorf("handler called %d times for poison, want 5", n)
+	}
+	if n := rec.count("healthy"); n != 1 {
+		t.Errorf("handler called %d times for healthy, want 1", n)
+	}
+	if got, err := b.DeadLetter(ctx, dl.Sequence); err != nil || got != dl {
+		t.Errorf("DeadLetter(%d) = %+v, %v", dl.Sequence, got, err)
+	}
+
+	healed.Store(true)
+	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "replayed operation handled", func() bool { return rec.count("poison") == 6 })
+	eventually(t, 5*time.Second, "stream empty", func() bool { return streamMsgs(t, b.sess.Load().ops) == 0 })
+	if dls, err := b.DeadLetters(ctx, 0, 0); err != nil || len(dls) != 0 {
+		t.Errorf("dead letters after replay: %+v, %v", dls, err)
+	}
+	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("second replay = %v, want ErrDeadLetterNotFound", err)
+	}
+	if n := rec.count("poison"); n != 6 {
+		t.Errorf("handler called %d times for poison, want 6 (five failures, one replay)", n)
+	}
+	if s := b.Stats(); s.DeadLettered != 1 || s.Replayed != 1 {
+		t.Errorf("stats: dead-lettered %d, replayed %d; want 1, 1", s.DeadLettered, s.Replayed)
+	}
+}
+
+// Listing pages by sequence; purge empties the stream.
+func TestDeadLetterListAndPurge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	s := b.sess.Load()
+	for i, id := range opIDs("dead", 5) {
+		if err := s.deadLetter(ctx, id, 5, "reason "+id, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Storing the same dead letter again (a crash before the ack) adds nothing.
+	if err := s.deadLetter(ctx, "dead-0000", 5, "again", 1); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.DeadLetters(ctx, 0, 3)
+	if err != nil || len(first) != 3 {
+		t.Fatalf("first page: %+v, %v", first, err)
+	}
+	rest, err := b.DeadLetters(ctx, first[2].Sequence, 3)
+	if err != nil || len(rest) != 2 || rest[1].OperationID != "dead-0004" {
+		t.Fatalf("second page: %+v, %v", rest, err)
+	}
+	if first[0].Reason != "reason dead-0000" {
+		t.Errorf("reason %q", first[0].Reason)
+	}
+	if _, err := b.ReplayDeadLetter(ctx, 999); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("replay of an unknown sequence = %v, want ErrDeadLetterNotFound", err)
+	}
+	if err := b.PurgeDeadLetters(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := b.DeadLetters(ctx, 0, 0); err != nil || len(all) != 0 {
+		t.Errorf("after purge: %+v, %v", all, err)
+	}
+}
+
+func TestReasonText(t *testing.T) {
+	t.Parallel()
+	if got := reasonText(errors.New("line one\r\nline two\tend")); got != "line one line two end" {
+		t.Errorf("reasonText folded to %q", got)
+	}
+	long := reasonText(errors.New(strings.Repeat("é", 600)))
+	if len(long) > maxReasonBytes+len("…") || !strings.HasSuffix(long, "…") {
+		t.Errorf("long reason: %d bytes", len(long))
+	}
+}

@@ -1,0 +1,86 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// View is the public status of an operation: what GET /v1/operations/{id}
+// returns and the CLI prints. It leaves out internal bookkeeping (the outbox
+// dispatch time) and always carries an object for payload and result.
+type View struct {
+	OperationID           string          `json:"operationId"`
+	IdempotencyKey        string          `json:"idempotencyKey"`
+	IdempotencyHash       string          `json:"idempotencyHash"`
+	Actor                 string          `json:"actor"`
+	Action                string          `json:"action"`
+	Resource              Resource        `json:"resource"`
+	ResourceKey           string          `json:"resourceKey"`
+	Payload               json.RawMessage `json:"payload"`
+	CorrelationID         string          `json:"correlationId,omitempty"`
+	InstallationID        int64           `json:"installationId,omitempty"`
+	Status                Status          `json:"status"`
+	Attempts              int             `json:"attempts"`
+	MaxAttempts           int             `json:"maxAttempts"`
+	CreatedAt             time.Time       `json:"createdAt"`
+	UpdatedAt             time.Time       `json:"updatedAt"`
+	StartedAt             *time.Time      `json:"startedAt,omitempty"`
+	CompletedAt           *time.Time      `json:"completedAt,omitempty"`
+	NextAttemptAt         *time.Time      `json:"nextAttemptAt,omitempty"`
+	Outcome               Outcome         `json:"outcome,omitempty"`
+	LastErrorCategory     string          `json:"lastErrorCategory,omitempty"`
+	LastErrorMessage      string          `json:"lastErrorMessage,omitempty"`
+	CancellationRequested bool            `json:"cancellationRequested"`
+	Result                json.RawMessage `json:"result"`
+	AttemptLog            []Attempt       `json:"attemptLog"`
+}
+
+var emptyObject = json.RawMessage(`{}`)
+
+// View converts the record to its public form. A terminal record without
+// completedAt and a matching outcome cannot be shown as terminal; that is
+// an error, never a guess.
+func (r *Record) View() (View, error) {
+	if r.Status.Terminal() {
+		if r.CompletedAt == nil || r.Outcome != OutcomeFor(r.Status) {
+			return View{}, fmt.Errorf("schema: operation %s is %s without completedAt and outcome", r.OperationID, r.Status)
+		}
+	}
+	v := View{
+		OperationID:           r.OperationID,
+		IdempotencyKey:        r.IdempotencyKey,
+		IdempotencyHash:       r.IdempotencyHash,
+		Actor:                 r.Actor,
+		Action:                r.Action,
+		Resource:              r.Resource,
+		ResourceKey:           r.Resource.Key(),
+		Payload:               r.Payload,
+		CorrelationID:         r.CorrelationID,
+		InstallationID:        r.InstallationID,
+		Status:                r.Status,
+		Attempts:              r.Attempts,
+		MaxAttempts:           r.MaxAttempts,
+		CreatedAt:             r.CreatedAt,
+		UpdatedAt:             r.UpdatedAt,
+		StartedAt:             r.StartedAt,
+		CompletedAt:           r.CompletedAt,
+		NextAttemptAt:         r.NextAttemptAt,
+		Outcome:               r.Outcome,
+		LastErrorCategory:     r.LastErrorCategory,
+		LastErrorMessage:      r.LastErrorMessage,
+		CancellationRequested: r.CancellationRequested,
+		Result:                r.Result,
+		AttemptLog:            r.AttemptLog,
+	}
+	if len(v.Payload) == 0 {
+		v.Payload = emptyObject
+	}
+	if len(v.Result) == 0 {
+		v.Result = emptyObject
+	}
+	if v.AttemptLog == nil {
+		v.AttemptLog = []Attempt{}
+	}
+	return v, nil
+}
