@@ -60,7 +60,11 @@
 //	b, _ := queue.New(queue.Config{DataDir: dataDir, Logger: log})
 //	_ = b.Start(ctx)                   // server, connection, streams
 //	exec := executor.New(..., b)       // b.Dispatch is the executor's Dispatcher
-//	c, _ := queue.NewConsumer(b, queue.ConsumerConfig{Handler: exec.Process})
+//	c, _ := queue.NewConsumer(b, queue.ConsumerConfig{
+//		Handler: func(ctx context.Context, id string) queue.Result {
+//			return asQueueResult(exec.Process(ctx, id)) // the wiring's adapter
+//		},
+//	})
 //	_ = c.Start(ctx)
 //	r, _ := queue.NewReconciler(b, queue.ReconcilerConfig{
 //		Candidates:     store.DispatchCandidates,
