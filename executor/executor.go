@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/schema"
@@ -31,16 +33,69 @@ type Config struct {
 	// MarkInterval is how long dispatched IDs wait to be marked in the
 	// store, so that many marks share one write. Defaults to 20ms.
 	MarkInterval time.Duration
+
+	// The rest is needed by Process only.
+
+	// Leases is the resource lease coordinator (*coordinator.Coordinator).
+	Leases Leases
+	// GitHub makes the installations' clients.
+	GitHub *GitHubClients
+	// Installations resolves repositories to installations and says when
+	// baton may no longer act on one. nil trusts the record's
+	// installationId.
+	Installations InstallationResolver
+	// LeaseTTL is the TTL of the resource lease an operation holds (kept
+	// alive while it runs). Defaults to 30s; at most 5 minutes. The queue's
+	// ack wait must exceed it.
+	LeaseTTL time.Duration
+	// BusyDelay is when an operation whose resource is busy (its lease
+	// held) is tried again. Defaults to 1s.
+	BusyDelay time.Duration
+	// OrderDelay is when an operation that waits for an older unfinished
+	// operation on its resource is tried again, at the latest: the
+	// operation is nudged as soon as that resource is freed in this
+	// process, so the delay only bounds the wait when the freeing happens
+	// elsewhere. Long delays keep waiting operations from crowding the
+	// queue's redeliveries. Defaults to 5s (BusyDelay when the dispatcher
+	// cannot nudge).
+	OrderDelay time.Duration
+	// BaseBackoff is the delay before the second attempt; it doubles with
+	// each further attempt (with jitter). Defaults to 250ms.
+	BaseBackoff time.Duration
+	// MaxBackoff caps the delay between attempts. Defaults to 30s.
+	MaxBackoff time.Duration
+	// MaxInlineWait is the longest wait GitHub may impose that a worker
+	// sleeps through holding the operation; a longer one sends the
+	// operation back to the queue, spending no attempt. Defaults to 30s.
+	MaxInlineWait time.Duration
+	// CancelPoll is how often a waiting operation reads its record for a
+	// cancellation requested in another process. Defaults to 1s.
+	CancelPoll time.Duration
+	// Pacing shapes the mutating requests of each installation.
+	Pacing PacingConfig
+	// Registerer receives the executor's metrics (baton_executor_*). nil
+	// registers none.
+	Registerer prometheus.Registerer
 }
 
-// Executor accepts operations (Submit), cancels them (Cancel) and reports
-// them (Get, List).
+// Executor accepts operations (Submit), cancels them (Cancel), reports
+// them (Get, List) and carries them out (Process).
 type Executor struct {
+	cfg        Config
 	store      Store
+	writer     RecordWriter
 	dispatcher Dispatcher
+	leases     Leases
+	gh         *GitHubClients
+	installs   InstallationResolver
 	now        func() time.Time
 	log        *zap.Logger
 	marks      *marker
+	pauses     *pauses
+	pacer      *pacer
+	cancels    cancelWatch
+	waits      *waitlist
+	metrics    *metrics
 }
 
 // New validates cfg and returns an Executor. Call Start before Submit and
@@ -59,26 +114,60 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	cfg.MarkInterval = cmp.Or(cfg.MarkInterval, 20*time.Millisecond)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
+	if cfg.LeaseTTL < 3*time.Second || cfg.LeaseTTL > 5*time.Minute {
+		return nil, fmt.Errorf("executor: LeaseTTL %v is outside 3s–5m", cfg.LeaseTTL)
+	}
+	cfg.BusyDelay = cmp.Or(cfg.BusyDelay, time.Second)
+	if _, ok := cfg.Dispatcher.(Nudger); ok {
+		cfg.OrderDelay = cmp.Or(cfg.OrderDelay, 5*time.Second)
+	} else {
+		cfg.OrderDelay = cmp.Or(cfg.OrderDelay, cfg.BusyDelay)
+	}
+	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, 250*time.Millisecond)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	cfg.MaxInlineWait = cmp.Or(cfg.MaxInlineWait, 30*time.Second)
+	cfg.CancelPoll = cmp.Or(cfg.CancelPoll, time.Second)
+	if cfg.BusyDelay < 0 || cfg.BaseBackoff <= 0 || cfg.MaxBackoff < cfg.BaseBackoff || cfg.MaxInlineWait < 0 || cfg.CancelPoll <= 0 {
+		return nil, errors.New("executor: delays must be positive and MaxBackoff at least BaseBackoff")
+	}
+	cfg.Pacing.fill()
 	log := cfg.Logger.With(zap.String(LogSubsystem, "executor"))
-	return &Executor{
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		cfg:        cfg,
 		store:      cfg.Store,
 		dispatcher: cfg.Dispatcher,
+		leases:     cfg.Leases,
+		gh:         cfg.GitHub,
+		installs:   cfg.Installations,
 		now:        cfg.Now,
 		log:        log,
 		marks:      newMarker(cfg.Store, cfg.MarkInterval, cfg.Now, log),
-	}, nil
+		pauses:     newPauses(),
+		pacer:      newPacer(cfg.Pacing, cfg.Now),
+		metrics:    m,
+	}
+	e.writer, _ = cfg.Store.(RecordWriter)
+	nudger, _ := cfg.Dispatcher.(Nudger)
+	e.waits = newWaitlist(nudger, log)
+	return e, nil
 }
 
 // Start starts the executor's background work and returns once it runs.
 func (e *Executor) Start(ctx context.Context) error {
 	e.marks.start()
+	e.waits.start()
 	return nil
 }
 
 // Stop flushes pending bookkeeping and stops the background work, waiting
 // at most until ctx ends. It is safe before Start and safe twice.
 func (e *Executor) Stop(ctx context.Context) error {
-	return e.marks.stop(ctx)
+	return errors.Join(e.marks.stop(ctx), e.waits.stop(ctx))
 }
 
 // Submit turns what actor asked for into an operation. A new operation is
@@ -97,6 +186,11 @@ func (e *Executor) Submit(ctx context.Context, actor string, s schema.Submission
 	stored, created, err := e.store.Create(ctx, rec)
 	if err != nil {
 		return schema.Record{}, false, err
+	}
+	if created {
+		e.metrics.submitted.WithLabelValues("true").Inc()
+	} else {
+		e.metrics.submitted.WithLabelValues("false").Inc()
 	}
 	if !stored.Terminal() && stored.DispatchedAt == nil {
 		e.dispatch(ctx, &stored)
@@ -130,6 +224,13 @@ func (e *Executor) List(ctx context.Context, f ListFilter) ([]schema.Record, str
 // schema.ErrAlreadyTerminal.
 func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Record, error) {
 	rec, err := e.store.RequestCancel(ctx, operationID)
+	if err == nil && rec.Status == schema.StatusRunning {
+		e.cancels.notify(operationID)
+	}
+	if err == nil && rec.Status == schema.StatusCancelled {
+		// Operations waiting behind it on its resource may go now.
+		e.waits.freed(rec.Resource.Key())
+	}
 	if err == nil {
 		e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),
 			zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))

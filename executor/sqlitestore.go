@@ -63,6 +63,7 @@ func (s *SQLiteStore) Create(ctx context.Context, rec *schema.Record) (schema.Re
 		if n, _ := res.RowsAffected(); n == 1 {
 			created = true
 			stored = rec.Clone()
+			stored.Version = 1
 			return nil
 		}
 		existing, err := scanRecord(tx.QueryRow(selectRecord+` WHERE operation_id = ?`, rec.OperationID))
@@ -96,27 +97,51 @@ func (s *SQLiteStore) Save(ctx context.Context, rec *schema.Record) error {
 // returned. The executor passes the lease coordinator's ownership check,
 // so that a worker that lost its lease cannot write.
 func (s *SQLiteStore) SaveGuarded(ctx context.Context, rec *schema.Record, guard func(*sqlite.Tx) error) error {
-	if err := rec.Validate(); err != nil {
+	save, err := s.SaveFunc(rec, false)
+	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("executor: encode record: %w", err)
-	}
-	var merged bool
-	err = s.db.Write(ctx, func(tx *sqlite.Tx) error {
+	return s.db.Write(ctx, func(tx *sqlite.Tx) error {
 		if guard != nil {
 			if err := guard(tx); err != nil {
 				return err
 			}
 		}
+		return save(tx)
+	})
+}
+
+// ErrStale is returned by a compare-and-swap save when the stored record
+// changed since the caller read it.
+var ErrStale = errors.New("executor: record changed since it was read")
+
+// SaveFunc validates and encodes rec now, and returns the function that
+// writes it inside a transaction of baton's database — the coordinator's,
+// so that the save shares the lease's transaction (fenced writes, or the
+// save that marks an operation running together with its lease). The
+// work left for the writer is only SQL.
+//
+// The write follows Save's rules. With cas, it also requires the stored
+// record to be the version rec was read at (ErrStale otherwise). After a
+// successful write rec.Version is the new version, and a cancellation
+// requested meanwhile is reflected in rec.CancellationRequested.
+func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) error, error) {
+	if err := rec.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("executor: encode record: %w", err)
+	}
+	return func(tx *sqlite.Tx) error {
 		var (
 			status    string
 			hash      string
 			cancelled bool
+			version   int64
 		)
-		err := tx.QueryRow(`SELECT status, idempotency_hash, cancellation_requested FROM operations WHERE operation_id = ?`,
-			rec.OperationID).Scan(&status, &hash, &cancelled)
+		err := tx.QueryRow(`SELECT status, idempotency_hash, cancellation_requested, version FROM operations WHERE operation_id = ?`,
+			rec.OperationID).Scan(&status, &hash, &cancelled, &version)
 		if errors.Is(err, sql.ErrNoRows) {
 			return schema.Errorf(schema.CodeNotFound, "operation %s not found", rec.OperationID)
 		}
@@ -130,6 +155,9 @@ func (s *SQLiteStore) SaveGuarded(ctx context.Context, rec *schema.Record, guard
 		if from.Terminal() {
 			return &schema.Error{Code: schema.CodeAlreadyTerminal, Message: fmt.Sprintf("operation %s is already %s", rec.OperationID, from)}
 		}
+		if cas && version != rec.Version {
+			return ErrStale
+		}
 		if !schema.CanTransition(from, rec.Status) {
 			return fmt.Errorf("executor: operation %s cannot move from %s to %s", rec.OperationID, from, rec.Status)
 		}
@@ -141,21 +169,38 @@ func (s *SQLiteStore) SaveGuarded(ctx context.Context, rec *schema.Record, guard
 			if b, err = json.Marshal(&c); err != nil {
 				return fmt.Errorf("executor: encode record: %w", err)
 			}
-			merged = true
 		}
 		_, err = tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = ?, updated_at = ?,
-			installation_id = ?, body = ? WHERE operation_id = ?`,
+			installation_id = ?, version = ?, body = ? WHERE operation_id = ?`,
 			string(rec.Status), cancelled || rec.CancellationRequested, rec.UpdatedAt.UnixMicro(),
-			rec.InstallationID, b, rec.OperationID)
+			rec.InstallationID, version+1, b, rec.OperationID)
 		if err != nil {
 			return fmt.Errorf("executor: update operation: %w", err)
 		}
+		// The caller waits for the commit, which orders these writes
+		// before it reads rec again.
+		rec.Version = version + 1
+		rec.CancellationRequested = rec.CancellationRequested || cancelled
 		return nil
-	})
-	if err == nil && merged {
-		rec.CancellationRequested = true
+	}, nil
+}
+
+// OlderPending reports whether the resource of rec has an operation created
+// before rec that is not finished: the executor runs a resource's
+// operations in the order they were created.
+func (s *SQLiteStore) OlderPending(ctx context.Context, rec *schema.Record) (bool, error) {
+	var one int
+	err := s.db.QueryRow(ctx, `SELECT 1 FROM operations
+		WHERE resource_type = ? AND resource_id = ? AND status IN ('queued', 'running')
+		  AND seq < (SELECT seq FROM operations WHERE operation_id = ?)
+		LIMIT 1`, rec.Resource.Type, rec.Resource.ID, rec.OperationID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
 	}
-	return err
+	if err != nil {
+		return false, fmt.Errorf("executor: look for older operations: %w", err)
+	}
+	return true, nil
 }
 
 // RequestCancel implements Store.
@@ -177,6 +222,7 @@ func (s *SQLiteStore) RequestCancel(ctx context.Context, operationID string) (sc
 		now := s.now().UTC()
 		rec.CancellationRequested = true
 		rec.UpdatedAt = now
+		rec.Version++
 		if rec.Status == schema.StatusQueued {
 			rec.Status = schema.StatusCancelled
 			rec.Outcome = schema.OutcomeCancelled
@@ -187,8 +233,8 @@ func (s *SQLiteStore) RequestCancel(ctx context.Context, operationID string) (sc
 		if err != nil {
 			return fmt.Errorf("executor: encode record: %w", err)
 		}
-		if _, err := tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = 1, updated_at = ?, body = ?
-			WHERE operation_id = ?`, string(rec.Status), now.UnixMicro(), body, operationID); err != nil {
+		if _, err := tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = 1, updated_at = ?, body = ?,
+			version = version + 1 WHERE operation_id = ?`, string(rec.Status), now.UnixMicro(), body, operationID); err != nil {
 			return fmt.Errorf("executor: update operation: %w", err)
 		}
 		out = rec
@@ -235,7 +281,7 @@ func (s *SQLiteStore) List(ctx context.Context, f ListFilter) ([]schema.Record, 
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
-	q := `SELECT seq, body, cancellation_requested, dispatched_at FROM operations`
+	q := `SELECT seq, body, cancellation_requested, dispatched_at, version FROM operations`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -256,14 +302,16 @@ func (s *SQLiteStore) List(ctx context.Context, f ListFilter) ([]schema.Record, 
 			body       []byte
 			cancelled  bool
 			dispatched sql.NullInt64
+			version    int64
 		)
-		if err := rows.Scan(&seq, &body, &cancelled, &dispatched); err != nil {
+		if err := rows.Scan(&seq, &body, &cancelled, &dispatched, &version); err != nil {
 			return nil, "", fmt.Errorf("executor: list operations: %w", err)
 		}
 		rec, err := decodeRecord(body, cancelled, dispatched)
 		if err != nil {
 			return nil, "", err
 		}
+		rec.Version = version
 		out, seqs = append(out, rec), append(seqs, seq)
 	}
 	if err := rows.Err(); err != nil {
@@ -312,21 +360,24 @@ func (s *SQLiteStore) Undispatched(ctx context.Context, before time.Time, limit 
 	return ids, rows.Err()
 }
 
-const selectRecord = `SELECT body, cancellation_requested, dispatched_at FROM operations`
+const selectRecord = `SELECT body, cancellation_requested, dispatched_at, version FROM operations`
 
 func scanRecord(row *sql.Row) (schema.Record, error) {
 	var (
 		body       []byte
 		cancelled  bool
 		dispatched sql.NullInt64
+		version    int64
 	)
-	if err := row.Scan(&body, &cancelled, &dispatched); err != nil {
+	if err := row.Scan(&body, &cancelled, &dispatched, &version); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return schema.Record{}, schema.Errorf(schema.CodeNotFound, "operation not found")
 		}
 		return schema.Record{}, fmt.Errorf("executor: read operation: %w", err)
 	}
-	return decodeRecord(body, cancelled, dispatched)
+	rec, err := decodeRecord(body, cancelled, dispatched)
+	rec.Version = version
+	return rec, err
 }
 
 func decodeRecord(body []byte, cancelled bool, dispatched sql.NullInt64) (schema.Record, error) {

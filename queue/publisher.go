@@ -113,3 +113,24 @@ func (s *session) publishAll(ctx context.Context, msgs []*nats.Msg) (errs []erro
 	}
 	return errs
 }
+
+// Nudge publishes operationID again under a message ID of its own, so that
+// a handler gets it now even if the stream already holds a message for it
+// that is waiting out a delay — an operation sent back because its
+// resource was busy, whose resource has just been freed. The extra
+// delivery is harmless: the handler acknowledges an operation that is
+// already terminal and sends back one that still cannot run.
+func (b *Broker) Nudge(ctx context.Context, operationID string) error {
+	if err := ValidateOperationID(operationID); err != nil {
+		return err
+	}
+	s, err := b.session()
+	if err != nil {
+		return err
+	}
+	msgID := operationID + "/nudge/" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := s.js.PublishMsg(ctx, operationMsg(operationID, msgID)); err != nil {
+		return fmt.Errorf("queue: nudge %s: %w", operationID, err)
+	}
+	return nil
+}

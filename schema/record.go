@@ -48,6 +48,9 @@ type Record struct {
 	// acknowledged by it; nil until then. The queue's reconciler republishes
 	// records that stay queued without a recent dispatch.
 	DispatchedAt *time.Time `json:"-"`
+	// Version counts the writes of the stored record; a save can be made
+	// conditional on it (compare-and-swap). Internal, like DispatchedAt.
+	Version int64 `json:"-"`
 }
 
 // Attempt is one call to GitHub made for an operation.

@@ -64,7 +64,7 @@ type DB struct {
 
 	batches  atomic.Int64 // transactions committed or rolled back by the writer
 	requests atomic.Int64 // write functions run
-	rstmts sync.Map             // query → *sql.Stmt on the read pool
+	rstmts   sync.Map     // query → *sql.Stmt on the read pool
 }
 
 type request struct {

@@ -15,9 +15,14 @@ CREATE TABLE operations (
     created_at             INTEGER NOT NULL, -- unix microseconds
     updated_at             INTEGER NOT NULL,
     dispatched_at          INTEGER,          -- outbox: last acknowledged publish
+    version                INTEGER NOT NULL DEFAULT 1, -- bumped by every write
     body                   BLOB    NOT NULL
 );
 
 CREATE INDEX operations_status   ON operations (status, seq);
 CREATE INDEX operations_actor    ON operations (actor, seq);
 CREATE INDEX operations_resource ON operations (resource_type, resource_id, seq);
+-- The unfinished operations of a resource, oldest first: the executor runs
+-- a resource's operations in the order they were created.
+CREATE INDEX operations_pending_resource ON operations (resource_type, resource_id, seq)
+    WHERE status IN ('queued', 'running');

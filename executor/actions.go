@@ -1,0 +1,363 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/go-github/v62/github"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// action is one kind of GitHub mutation baton performs.
+type action interface {
+	// do makes the call and returns the result to record.
+	do(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, payload any) (result any, resp *github.Response, err error)
+	// probe checks the action's post-condition after an ambiguous failure:
+	// done is true (with the result) when the effect is already in place,
+	// so the operation succeeds without mutating again.
+	probe(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, payload any) (done bool, result any, resp *github.Response, err error)
+}
+
+// actions maps every registered action name to its implementation.
+var actions = map[string]action{
+	schema.ActionMerge:        mergeAction{},
+	schema.ActionUpdateBranch: updateBranchAction{},
+	schema.ActionComment:      commentAction{},
+	schema.ActionAddLabels:    addLabelsAction{},
+	schema.ActionRemoveLabel:  removeLabelAction{},
+	schema.ActionUpdateRef:    updateRefAction{},
+	schema.ActionCreateStatus: createStatusAction{},
+}
+
+// actionError is a failure an action decides itself (a compare-and-swap
+// it checked on its own, for example); Classify returns its
+// classification as is.
+type actionError struct{ c Classification }
+
+func (e *actionError) Error() string { return e.c.Message }
+
+// --- github.pulls.merge ---
+
+type mergeAction struct{}
+
+type mergeResult struct {
+	Merged  bool   `json:"merged"`
+	SHA     string `json:"sha,omitempty"`
+	HeadSHA string `json:"headSha"`
+	Message string `json:"message,omitempty"`
+	Probed  bool   `json:"probed,omitempty"`
+}
+
+func (mergeAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.MergePayload)
+	opts := &github.PullRequestOptions{SHA: pl.SHA, MergeMethod: pl.Method, CommitTitle: pl.CommitTitle}
+	r, resp, err := c.PullRequests.Merge(ctx, t.Owner, t.Repo, t.Number, pl.CommitMessage, opts)
+	if err != nil {
+		return nil, resp, err
+	}
+	return mergeResult{Merged: r.GetMerged(), SHA: r.GetSHA(), HeadSHA: pl.SHA, Message: r.GetMessage()}, resp, nil
+}
+
+func (mergeAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
+	pl := p.(*schema.MergePayload)
+	pr, resp, err := c.PullRequests.Get(ctx, t.Owner, t.Repo, t.Number)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	if pr.GetMerged() && pr.GetHead().GetSHA() == pl.SHA {
+		return true, mergeResult{Merged: true, SHA: pr.GetMergeCommitSHA(), HeadSHA: pl.SHA, Probed: true}, resp, nil
+	}
+	return false, nil, resp, nil
+}
+
+// --- github.pulls.update_branch ---
+
+type updateBranchAction struct{}
+
+type updateBranchResult struct {
+	Accepted bool   `json:"accepted"`
+	Message  string `json:"message,omitempty"`
+	HeadSHA  string `json:"headSha,omitempty"`
+	Probed   bool   `json:"probed,omitempty"`
+}
+
+func (updateBranchAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.UpdateBranchPayload)
+	sha := pl.ExpectedHeadSHA
+	r, resp, err := c.PullRequests.UpdateBranch(ctx, t.Owner, t.Repo, t.Number, &github.PullRequestBranchUpdateOptions{ExpectedHeadSHA: &sha})
+	var accepted *github.AcceptedError
+	if asAccepted(err, &accepted) {
+		// 202 is how GitHub answers a successful update-branch.
+		var body struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(accepted.Raw, &body)
+		return updateBranchResult{Accepted: true, Message: body.Message}, resp, nil
+	}
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+			// The head moved: expected_head_sha is the compare-and-swap.
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
+				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "head is no longer expectedHeadSha"}}
+		}
+		return nil, resp, err
+	}
+	return updateBranchResult{Accepted: true, Message: r.GetMessage()}, resp, nil
+}
+
+func (updateBranchAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
+	pl := p.(*schema.UpdateBranchPayload)
+	pr, resp, err := c.PullRequests.Get(ctx, t.Owner, t.Repo, t.Number)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	// The update replaces the head with a merge of the base: a head other
+	// than the expected one means an update happened (a later push by
+	// someone else would look the same; re-sending would fail the
+	// compare-and-swap anyway).
+	if h := pr.GetHead().GetSHA(); h != "" && h != pl.ExpectedHeadSHA {
+		return true, updateBranchResult{Accepted: true, HeadSHA: h, Probed: true}, resp, nil
+	}
+	return false, nil, resp, nil
+}
+
+// --- github.issues.comment ---
+
+type commentAction struct{}
+
+type commentResult struct {
+	CommentID int64  `json:"commentId"`
+	URL       string `json:"url,omitempty"`
+	Probed    bool   `json:"probed,omitempty"`
+}
+
+// CommentMarker is the hidden marker baton appends to the comments it
+// posts, so that a retry after an ambiguous failure finds the comment
+// instead of posting it twice.
+func CommentMarker(operationID string) string {
+	return "<!-- baton:operation=" + operationID + " -->"
+}
+
+func (commentAction) do(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.CommentPayload)
+	body := pl.Body + "\n\n" + CommentMarker(op.OperationID)
+	cm, resp, err := c.Issues.CreateComment(ctx, t.Owner, t.Repo, t.Number, &github.IssueComment{Body: &body})
+	if err != nil {
+		return nil, resp, err
+	}
+	return commentResult{CommentID: cm.GetID(), URL: cm.GetHTMLURL()}, resp, nil
+}
+
+func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, _ any) (bool, any, *github.Response, error) {
+	marker := CommentMarker(op.OperationID)
+	// Comments created before the operation cannot carry its marker; the
+	// margin covers clock skew between baton and GitHub.
+	since := op.CreatedAt.Add(-10 * time.Minute)
+	opts := &github.IssueListCommentsOptions{Since: &since, ListOptions: github.ListOptions{PerPage: 100}}
+	var last *github.Response
+	for {
+		cms, resp, err := c.Issues.ListComments(ctx, t.Owner, t.Repo, t.Number, opts)
+		last = resp
+		if err != nil {
+			return false, nil, resp, err
+		}
+		for _, cm := range cms {
+			if strings.Contains(cm.GetBody(), marker) {
+				return true, commentResult{CommentID: cm.GetID(), URL: cm.GetHTMLURL(), Probed: true}, resp, nil
+			}
+		}
+		if resp.NextPage == 0 {
+			return false, nil, last, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+// --- github.issues.add_labels / remove_label ---
+
+type addLabelsAction struct{}
+
+type labelsResult struct {
+	Labels []string `json:"labels"`
+	Probed bool     `json:"probed,omitempty"`
+}
+
+func labelNames(ls []*github.Label) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.GetName())
+	}
+	return out
+}
+
+func (addLabelsAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.AddLabelsPayload)
+	ls, resp, err := c.Issues.AddLabelsToIssue(ctx, t.Owner, t.Repo, t.Number, pl.Labels)
+	if err != nil {
+		return nil, resp, err
+	}
+	return labelsResult{Labels: labelNames(ls)}, resp, nil
+}
+
+func (addLabelsAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
+	pl := p.(*schema.AddLabelsPayload)
+	have, resp, err := issueLabels(ctx, c, t)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	for _, want := range pl.Labels {
+		if !containsFold(have, want) {
+			return false, nil, resp, nil
+		}
+	}
+	return true, labelsResult{Labels: have, Probed: true}, resp, nil
+}
+
+type removeLabelAction struct{}
+
+func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.RemoveLabelPayload)
+	resp, err := c.Issues.RemoveLabelForIssue(ctx, t.Owner, t.Repo, t.Number, pl.Label)
+	if err != nil {
+		var ere *github.ErrorResponse
+		if resp != nil && resp.StatusCode == http.StatusNotFound && asErrorResponse(err, &ere) &&
+			strings.Contains(strings.ToLower(ere.Message), "label does not exist") {
+			// Absent is the state asked for: removing is idempotent.
+			return labelsResult{Labels: nil}, resp, nil
+		}
+		return nil, resp, err
+	}
+	have, _, lerr := issueLabels(ctx, c, t)
+	if lerr != nil {
+		// The removal happened; the label list is only informative.
+		have = nil
+	}
+	return labelsResult{Labels: have}, resp, nil
+}
+
+func (removeLabelAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
+	pl := p.(*schema.RemoveLabelPayload)
+	have, resp, err := issueLabels(ctx, c, t)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	if containsFold(have, pl.Label) {
+		return false, nil, resp, nil
+	}
+	return true, labelsResult{Labels: have, Probed: true}, resp, nil
+}
+
+func issueLabels(ctx context.Context, c *github.Client, t schema.Target) ([]string, *github.Response, error) {
+	var (
+		all  []string
+		opts = &github.ListOptions{PerPage: 100}
+	)
+	for {
+		ls, resp, err := c.Issues.ListLabelsByIssue(ctx, t.Owner, t.Repo, t.Number, opts)
+		if err != nil {
+			return nil, resp, err
+		}
+		all = append(all, labelNames(ls)...)
+		if resp.NextPage == 0 {
+			return all, resp, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+// containsFold: GitHub label names are case-insensitive.
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// --- github.git.update_ref ---
+
+type updateRefAction struct{}
+
+type updateRefResult struct {
+	Ref    string `json:"ref"`
+	SHA    string `json:"sha"`
+	Probed bool   `json:"probed,omitempty"`
+}
+
+func (updateRefAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.UpdateRefPayload)
+	if pl.ExpectedSHA != "" {
+		// GitHub's API has no compare-and-swap on a ref's old value, so
+		// baton checks it first. Other baton operations on this ref wait
+		// for the lease; a push from outside between the check and the
+		// update is still caught by the fast-forward rule unless force.
+		ref, resp, err := c.Git.GetRef(ctx, t.Owner, t.Repo, t.Ref)
+		if err != nil {
+			return nil, resp, err
+		}
+		if cur := ref.GetObject().GetSHA(); cur != pl.ExpectedSHA && cur != pl.SHA {
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
+				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "ref no longer points at expectedSha"}}
+		}
+	}
+	sha := pl.SHA
+	full := "refs/" + t.Ref
+	r, resp, err := c.Git.UpdateRef(ctx, t.Owner, t.Repo, &github.Reference{Ref: &full, Object: &github.GitObject{SHA: &sha}}, pl.Force)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
+				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "update is not a fast forward"}}
+		}
+		return nil, resp, err
+	}
+	return updateRefResult{Ref: r.GetRef(), SHA: r.GetObject().GetSHA()}, resp, nil
+}
+
+func (updateRefAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
+	pl := p.(*schema.UpdateRefPayload)
+	ref, resp, err := c.Git.GetRef(ctx, t.Owner, t.Repo, t.Ref)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	if ref.GetObject().GetSHA() == pl.SHA {
+		return true, updateRefResult{Ref: ref.GetRef(), SHA: pl.SHA, Probed: true}, resp, nil
+	}
+	return false, nil, resp, nil
+}
+
+// --- github.repos.create_status ---
+
+type createStatusAction struct{}
+
+type statusResult struct {
+	StatusID int64  `json:"statusId"`
+	State    string `json:"state"`
+	Context  string `json:"context"`
+}
+
+func (createStatusAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+	pl := p.(*schema.CreateStatusPayload)
+	st := &github.RepoStatus{State: &pl.State, Context: &pl.Context}
+	if pl.Description != "" {
+		st.Description = &pl.Description
+	}
+	if pl.TargetURL != "" {
+		st.TargetURL = &pl.TargetURL
+	}
+	r, resp, err := c.Repositories.CreateStatus(ctx, t.Owner, t.Repo, t.SHA, st)
+	if err != nil {
+		return nil, resp, err
+	}
+	return statusResult{StatusID: r.GetID(), State: r.GetState(), Context: r.GetContext()}, resp, nil
+}
+
+// probe: a commit status is idempotent (the latest of a context wins), so
+// after an ambiguous failure it is simply sent again.
+func (createStatusAction) probe(context.Context, *github.Client, *schema.Record, schema.Target, any) (bool, any, *github.Response, error) {
+	return false, nil, nil, nil
+}

@@ -1,0 +1,286 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v62/github"
+)
+
+// Error categories, recorded on attempts and records
+// (lastErrorCategory) and logged as errorCategory.
+const (
+	CategoryNetwork                 = "network"
+	CategoryTimeout                 = "timeout"
+	CategoryServerError             = "server_error"
+	CategoryRateLimited             = "rate_limited"
+	CategorySecondaryRateLimit      = "secondary_rate_limit"
+	CategoryPrimaryRateLimit        = "primary_rate_limit"
+	CategoryValidation              = "validation"
+	CategoryNotFound                = "not_found"
+	CategoryUnauthorized            = "unauthorized"
+	CategoryForbidden               = "forbidden"
+	CategoryConflict                = "conflict"
+	CategoryInstallationUnavailable = "installation_unavailable"
+	CategoryCancelled               = "cancelled"
+	CategoryInternal                = "internal"
+)
+
+// DefaultSecondaryWait is how long baton waits after a secondary rate
+// limit that names no wait: GitHub asks integrators to wait at least a
+// minute.
+const DefaultSecondaryWait = 60 * time.Second
+
+// Classification is what baton makes of one failed call to GitHub.
+type Classification struct {
+	// Category names the kind of failure (Category* constants).
+	Category string
+	// Retryable is true when another attempt may succeed.
+	Retryable bool
+	// Ambiguous is true when the request may have been applied even though
+	// it failed (a timeout, a connection lost after sending, a 5xx): the
+	// action probes its post-condition before mutating again.
+	Ambiguous bool
+	// Wait is the wait GitHub imposed (Retry-After, or until a rate-limit
+	// reset); zero when it imposed none.
+	Wait time.Duration
+	// PauseInstallation is true when the wait applies to every request of
+	// the installation, not only this operation's.
+	PauseInstallation bool
+	// Status is the HTTP status, when there was a response.
+	Status int
+	// RequestID is GitHub's X-GitHub-Request-Id, when there was a response.
+	RequestID string
+	// Message is a short description for the record, free of secrets.
+	Message string
+}
+
+// Classify sorts a GitHub error into retryable or not, ambiguous or not,
+// and finds any wait GitHub imposed. It is the only place baton decides
+// these things. now is the clock rate-limit resets are measured against.
+func Classify(err error, now time.Time) Classification {
+	var (
+		rle *github.RateLimitError
+		are *github.AbuseRateLimitError
+		ace *github.AcceptedError
+		ere *github.ErrorResponse
+		ghi *ghinstallation.HTTPError
+		tfa *github.TwoFactorAuthError
+	)
+	var ae *actionError
+	switch {
+	case err == nil:
+		return Classification{}
+	case errors.As(err, &ae):
+		return ae.c
+	case errors.As(err, &ghi) && ghi.Response != nil:
+		// Exchanging the App's JWT for an installation token failed.
+		c := Classification{Status: ghi.Response.StatusCode, RequestID: requestID(ghi.Response), Message: "installation token: " + ghi.Response.Status}
+		switch s := ghi.Response.StatusCode; {
+		case s == http.StatusNotFound || s == http.StatusForbidden || s == http.StatusUnauthorized:
+			// Removed or suspended installation, or the App lost access.
+			c.Category = CategoryInstallationUnavailable
+		case s == http.StatusTooManyRequests || s >= 500:
+			c.Category, c.Retryable = CategoryServerError, true
+			c.Wait = retryAfter(ghi.Response.Header)
+		default:
+			c.Category = CategoryUnauthorized
+		}
+		return c
+	case errors.As(err, &rle):
+		// Primary rate limit: nothing more until the reset, for the whole
+		// installation. go-github also returns this without sending when it
+		// already knows the budget is spent.
+		c := Classification{Category: CategoryPrimaryRateLimit, Retryable: true, PauseInstallation: true,
+			Message: "primary rate limit exhausted"}
+		c.Status, c.RequestID = respInfo(rle.Response)
+		if !rle.Rate.Reset.Time.IsZero() {
+			c.Wait = max(rle.Rate.Reset.Time.Sub(now), time.Second)
+		} else {
+			c.Wait = DefaultSecondaryWait
+		}
+		return c
+	case errors.As(err, &are):
+		// Secondary rate limit. go-github also returns this, without
+		// sending, until the Retry-After it last saw has passed.
+		c := Classification{Category: CategorySecondaryRateLimit, Retryable: true, PauseInstallation: true,
+			Message: "secondary rate limit"}
+		c.Status, c.RequestID = respInfo(are.Response)
+		c.Wait = DefaultSecondaryWait
+		if are.RetryAfter != nil && *are.RetryAfter > 0 {
+			c.Wait = *are.RetryAfter
+		}
+		return c
+	case errors.As(err, &ace):
+		// 202: GitHub accepted the request and works on it in the
+		// background. The actions that can get one treat it as success
+		// before it reaches here; anywhere else it is a success we cannot
+		// confirm, so it is probed.
+		return Classification{Category: CategoryServerError, Retryable: true, Ambiguous: true, Status: http.StatusAccepted,
+			Message: "accepted for background processing"}
+	case errors.As(err, &ere) && ere.Response != nil:
+		return classifyResponse(ere, now)
+	case errors.As(err, &tfa):
+		return Classification{Category: CategoryUnauthorized, Status: http.StatusUnauthorized, Message: "two-factor authentication required"}
+
+	case errors.Is(err, context.Canceled):
+		return Classification{Category: CategoryCancelled, Message: "cancelled"}
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		// The request may have reached GitHub and been applied.
+		return Classification{Category: CategoryTimeout, Retryable: true, Ambiguous: true, Message: "request timed out"}
+	case isNetwork(err):
+		return Classification{Category: CategoryNetwork, Retryable: true, Ambiguous: !notSent(err), Message: networkMessage(err)}
+	}
+	return Classification{Category: CategoryInternal, Message: "unexpected error"}
+}
+
+func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
+	r := ere.Response
+	c := Classification{Status: r.StatusCode, RequestID: requestID(r), Message: shortMessage(r.StatusCode, ere.Message)}
+	switch s := r.StatusCode; {
+	case s == http.StatusTooManyRequests:
+		// go-github does not turn a 429 into a rate-limit error. GitHub
+		// sends it for both limits: with x-ratelimit-remaining 0 it is the
+		// primary limit (wait for the reset), otherwise a secondary one
+		// (Retry-After, or at least a minute).
+		c.Retryable, c.PauseInstallation = true, true
+		if r.Header.Get("X-Ratelimit-Remaining") == "0" {
+			c.Category = CategoryPrimaryRateLimit
+			c.Wait = max(resetWait(r.Header, now), retryAfter(r.Header))
+		} else {
+			c.Category = CategoryRateLimited
+			c.Wait = retryAfter(r.Header)
+		}
+		if c.Wait <= 0 {
+			c.Wait = DefaultSecondaryWait
+		}
+	case s == http.StatusForbidden && isSecondaryMessage(ere):
+		// A secondary limit whose documentation_url go-github did not
+		// recognise.
+		c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
+		c.Wait = retryAfter(r.Header)
+		if c.Wait <= 0 {
+			c.Wait = DefaultSecondaryWait
+		}
+	case s >= 500:
+		c.Category, c.Retryable, c.Ambiguous = CategoryServerError, true, true
+		c.Wait = retryAfter(r.Header)
+	case s == http.StatusUnauthorized:
+		c.Category = CategoryUnauthorized
+	case s == http.StatusForbidden:
+		c.Category = CategoryForbidden
+	case s == http.StatusNotFound:
+		c.Category = CategoryNotFound
+	case s == http.StatusConflict:
+		c.Category = CategoryConflict
+	default:
+		c.Category = CategoryValidation
+	}
+	return c
+}
+
+func isSecondaryMessage(ere *github.ErrorResponse) bool {
+	m := strings.ToLower(ere.Message)
+	return strings.Contains(m, "secondary rate limit") || strings.Contains(m, "abuse detection")
+}
+
+// retryAfter reads Retry-After as seconds (GitHub sends an integer).
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+func resetWait(h http.Header, now time.Time) time.Duration {
+	n, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return max(time.Unix(n, 0).Sub(now), time.Second)
+}
+
+func respInfo(r *http.Response) (int, string) {
+	if r == nil {
+		return 0, ""
+	}
+	return r.StatusCode, requestID(r)
+}
+
+func requestID(r *http.Response) string {
+	if r == nil {
+		return ""
+	}
+	return r.Header.Get("X-Github-Request-Id")
+}
+
+func shortMessage(status int, msg string) string {
+	m := strconv.Itoa(status) + " " + http.StatusText(status)
+	if msg != "" {
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		m += ": " + msg
+	}
+	return m
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isNetwork(err error) bool {
+	var (
+		ue *url.Error
+		oe *net.OpError
+	)
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// notSent reports whether the error shows the request never left: the
+// connection could not be made.
+func notSent(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	var de *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &de)
+}
+
+func networkMessage(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case notSent(err):
+		return "could not connect"
+	}
+	return "connection lost"
+}
+
+func asAccepted(err error, target **github.AcceptedError) bool {
+	return err != nil && errors.As(err, target)
+}
+
+func asErrorResponse(err error, target **github.ErrorResponse) bool {
+	return err != nil && errors.As(err, target)
+}

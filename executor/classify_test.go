@@ -1,0 +1,116 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v62/github"
+)
+
+func resp(status int, headers ...string) *http.Response {
+	h := http.Header{}
+	h.Set("X-GitHub-Request-Id", "REQ-1")
+	for i := 0; i+1 < len(headers); i += 2 {
+		h.Set(headers[i], headers[i+1])
+	}
+	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Header: h}
+}
+
+func errResp(status int, msg string, headers ...string) error {
+	return &github.ErrorResponse{Response: resp(status, headers...), Message: msg}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	reset := now.Add(90 * time.Second)
+	secs := func(d time.Duration) *time.Duration { return &d }
+	urlErr := func(err error) error { return &url.Error{Op: "Put", URL: "https://api.github.com/x", Err: err} }
+	cases := []struct {
+		name      string
+		err       error
+		category  string
+		retryable bool
+		ambiguous bool
+		pause     bool
+		wait      time.Duration
+		status    int
+	}{
+		{"primary RateLimitError with reset", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}}, Response: resp(403)},
+			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 403},
+		{"primary RateLimitError synthetic (not sent)", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: now.Add(5 * time.Minute)}}},
+			CategoryPrimaryRateLimit, true, false, true, 5 * time.Minute, 0},
+		{"secondary AbuseRateLimitError with Retry-After", &github.AbuseRateLimitError{Response: resp(403), RetryAfter: secs(90 * time.Second)},
+			CategorySecondaryRateLimit, true, false, true, 90 * time.Second, 403},
+		{"secondary AbuseRateLimitError without Retry-After", &github.AbuseRateLimitError{Response: resp(403)},
+			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
+		{"secondary by message only", errResp(403, "You have exceeded a secondary rate limit and have been temporarily blocked"),
+			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
+		{"secondary by message with Retry-After", errResp(403, "You have exceeded a secondary rate limit", "Retry-After", "7"),
+			CategorySecondaryRateLimit, true, false, true, 7 * time.Second, 403},
+		{"429 with Retry-After", errResp(429, "Too Many Requests", "Retry-After", "2"),
+			CategoryRateLimited, true, false, true, 2 * time.Second, 429},
+		{"429 without Retry-After", errResp(429, "Too Many Requests"),
+			CategoryRateLimited, true, false, true, DefaultSecondaryWait, 429},
+		{"429 primary (remaining 0, reset)", errResp(429, "API rate limit exceeded", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10)),
+			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 429},
+		{"AcceptedError", &github.AcceptedError{}, CategoryServerError, true, true, false, 0, 202},
+		{"500", errResp(500, "Server Error"), CategoryServerError, true, true, false, 0, 500},
+		{"502", errResp(502, ""), CategoryServerError, true, true, false, 0, 502},
+		{"503 with Retry-After", errResp(503, "", "Retry-After", "3"), CategoryServerError, true, true, false, 3 * time.Second, 503},
+		{"400", errResp(400, "Problems parsing JSON"), CategoryValidation, false, false, false, 0, 400},
+		{"401", errResp(401, "Bad credentials"), CategoryUnauthorized, false, false, false, 0, 401},
+		{"403 plain", errResp(403, "Resource not accessible by integration"), CategoryForbidden, false, false, false, 0, 403},
+		{"404", errResp(404, "Not Found"), CategoryNotFound, false, false, false, 0, 404},
+		{"405 not mergeable", errResp(405, "Pull Request is not mergeable"), CategoryValidation, false, false, false, 0, 405},
+		{"409 stale sha", errResp(409, "Head branch was modified"), CategoryConflict, false, false, false, 0, 409},
+		{"422", errResp(422, "Validation Failed"), CategoryValidation, false, false, false, 0, 422},
+		{"TwoFactorAuthError", (*github.TwoFactorAuthError)(&github.ErrorResponse{Response: resp(401)}), CategoryUnauthorized, false, false, false, 0, 401},
+		{"connection reset", urlErr(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}),
+			CategoryNetwork, true, true, false, 0, 0},
+		{"connection refused (not sent)", urlErr(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}),
+			CategoryNetwork, true, false, false, 0, 0},
+		{"EOF after sending", urlErr(io.EOF), CategoryNetwork, true, true, false, 0, 0},
+		{"unexpected EOF", urlErr(io.ErrUnexpectedEOF), CategoryNetwork, true, true, false, 0, 0},
+		{"client timeout", urlErr(timeoutErr{}), CategoryTimeout, true, true, false, 0, 0},
+		{"context deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), CategoryTimeout, true, true, false, 0, 0},
+		{"context canceled", urlErr(context.Canceled), CategoryCancelled, false, false, false, 0, 0},
+		{"installation token 404 (removed)", &ghinstallation.HTTPError{Message: "x", Response: resp(404)},
+			CategoryInstallationUnavailable, false, false, false, 0, 404},
+		{"installation token 403 (suspended)", &ghinstallation.HTTPError{Message: "x", Response: resp(403)},
+			CategoryInstallationUnavailable, false, false, false, 0, 403},
+		{"installation token 500", &ghinstallation.HTTPError{Message: "x", Response: resp(500)},
+			CategoryServerError, true, false, false, 0, 500},
+		{"installation token network", &ghinstallation.HTTPError{Message: "x", RootCause: urlErr(io.EOF)},
+			CategoryNetwork, true, true, false, 0, 0},
+		{"something else", errors.New("boom"), CategoryInternal, false, false, false, 0, 0},
+	}
+	for _, c := range cases {
+		got := Classify(c.err, now)
+		if got.Category != c.category || got.Retryable != c.retryable || got.Ambiguous != c.ambiguous ||
+			got.PauseInstallation != c.pause || got.Wait != c.wait || got.Status != c.status {
+			t.Errorf("%s: got %+v\nwant category=%s retryable=%v ambiguous=%v pause=%v wait=%v status=%d",
+				c.name, got, c.category, c.retryable, c.ambiguous, c.pause, c.wait, c.status)
+		}
+	}
+	if Classify(errResp(500, ""), now).RequestID != "REQ-1" {
+		t.Error("request ID not kept")
+	}
+}

@@ -1,0 +1,163 @@
+package executor
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v62/github"
+)
+
+// GitHubConfig configures the GitHub clients of the App.
+type GitHubConfig struct {
+	// BaseURL is the REST API base: https://api.github.com/ for github.com,
+	// https://HOST/api/v3/ for GitHub Enterprise Server, or a simulator's
+	// URL. Defaults to https://api.github.com/.
+	BaseURL string
+	// AppID is the GitHub App's ID. Required.
+	AppID int64
+	// PrivateKey is the App's private key, PEM-encoded. Required.
+	PrivateKey []byte
+	// Transport carries the requests. Defaults to a transport tuned for
+	// many concurrent requests to one host.
+	Transport http.RoundTripper
+	// Timeout bounds each call the executor makes (a call in flight is
+	// never cancelled by an operation's cancellation, only by this).
+	// Callers of App and Installation bound theirs with their context.
+	// Defaults to 30s.
+	Timeout time.Duration
+	// UserAgent is sent with every request. Defaults to "baton".
+	UserAgent string
+}
+
+// GitHubClients makes go-github clients for the App and its
+// installations. Each installation has one cached client over a
+// ghinstallation transport, which exchanges the App's JWT for an
+// installation token and renews it before it expires. The cache matters
+// beyond speed: go-github remembers a secondary rate limit per client and
+// refuses to send until it resets, so one client per installation makes
+// that refusal apply to the whole installation, as GitHub intends.
+type GitHubClients struct {
+	base      *url.URL
+	apps      *ghinstallation.AppsTransport
+	transport http.RoundTripper
+	timeout   time.Duration
+	userAgent string
+	app       *github.Client
+
+	mu      sync.Mutex
+	clients map[int64]*github.Client
+}
+
+// NewGitHubClients checks cfg (the private key among it) and returns the
+// factory.
+func NewGitHubClients(cfg GitHubConfig) (*GitHubClients, error) {
+	if cfg.AppID <= 0 {
+		return nil, errors.New("executor: GitHub App ID is required")
+	}
+	if len(cfg.PrivateKey) == 0 {
+		return nil, errors.New("executor: GitHub App private key is required")
+	}
+	base, err := url.Parse(cmp.Or(cfg.BaseURL, "https://api.github.com/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("executor: GitHub API URL %q is not an http(s) URL", cfg.BaseURL)
+	}
+	if !strings.HasSuffix(base.Path, "/") {
+		base.Path += "/"
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = newTransport()
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
+	cfg.UserAgent = cmp.Or(cfg.UserAgent, "baton")
+	apps, err := ghinstallation.NewAppsTransport(cfg.Transport, cfg.AppID, cfg.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("executor: GitHub App private key: %w", err)
+	}
+	apps.BaseURL = strings.TrimRight(base.String(), "/")
+	g := &GitHubClients{
+		base:      base,
+		apps:      apps,
+		transport: cfg.Transport,
+		timeout:   cfg.Timeout,
+		userAgent: cfg.UserAgent,
+		clients:   make(map[int64]*github.Client),
+	}
+	g.app = g.newClient(apps)
+	return g, nil
+}
+
+// newTransport returns an HTTP transport that keeps enough idle
+// connections for every worker to reuse one.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// newClient wraps rt in a go-github client. The http.Client has no Timeout
+// of its own: deadlines come from contexts. (go-github replaces the body of
+// an error response without closing the original, which would leave the
+// http.Client's timeout goroutine running until the timeout fires.)
+func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
+	c := github.NewClient(&http.Client{Transport: rt})
+	u := *g.base
+	c.BaseURL = &u
+	up := *g.base
+	c.UploadURL = &up
+	c.UserAgent = g.userAgent
+	return c
+}
+
+// App returns the client authenticated as the App itself (JWT), for
+// /app routes: installations, hook deliveries.
+func (g *GitHubClients) App() *github.Client { return g.app }
+
+// Installation returns the cached client of one installation.
+func (g *GitHubClients) Installation(id int64) (*github.Client, error) {
+	if id <= 0 {
+		return nil, fmt.Errorf("executor: installation ID %d is not valid", id)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.clients[id]; ok {
+		return c, nil
+	}
+	itr := ghinstallation.NewFromAppsTransport(g.apps, id)
+	itr.BaseURL = g.apps.BaseURL
+	c := g.newClient(itr)
+	g.clients[id] = c
+	return c, nil
+}
+
+// Timeout is the bound the executor puts on each call.
+func (g *GitHubClients) Timeout() time.Duration { return g.timeout }
+
+// Close closes idle connections.
+func (g *GitHubClients) Close() {
+	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// Forget drops an installation's cached client (the installation was
+// removed or its permissions changed), so the next use gets a new token.
+func (g *GitHubClients) Forget(id int64) {
+	g.mu.Lock()
+	delete(g.clients, id)
+	g.mu.Unlock()
+}

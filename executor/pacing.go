@@ -1,0 +1,264 @@
+package executor
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// RateWindow is a limit of Limit requests in any Window.
+type RateWindow struct {
+	Limit  int
+	Window time.Duration
+}
+
+// PacingConfig shapes how fast baton sends mutating requests to GitHub for
+// one installation, as GitHub asks integrators to: at most one mutating
+// request per MinInterval, and content-creating requests under GitHub's
+// published secondary limits.
+type PacingConfig struct {
+	// Disabled turns pacing off (benchmarks, the simulator in --dev).
+	Disabled bool
+	// MinInterval spaces the mutating requests of one installation.
+	// Defaults to 1s; negative means no spacing.
+	MinInterval time.Duration
+	// ContentLimits bound content-creating requests of one installation.
+	// Defaults to 80 a minute and 500 an hour.
+	ContentLimits []RateWindow
+	// MaxInlineWait is the longest a worker waits for its turn while
+	// holding its place; a longer wait sends the operation back to the
+	// queue so the worker can serve other installations. Defaults to 2s.
+	MaxInlineWait time.Duration
+	// MaxWaiters is how many workers may wait inline for one installation
+	// at once; the others send their operations back to the queue, so that
+	// workers remain for other installations. Defaults to 16.
+	MaxWaiters int
+}
+
+func (c *PacingConfig) fill() {
+	if c.MinInterval == 0 {
+		c.MinInterval = time.Second
+	}
+	if c.ContentLimits == nil {
+		c.ContentLimits = []RateWindow{{80, time.Minute}, {500, time.Hour}}
+	}
+	if c.MaxInlineWait == 0 {
+		c.MaxInlineWait = 2 * time.Second
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = 16
+	}
+}
+
+// pacer keeps each installation's pace. Requests are spaced (see spacing),
+// and each window is also enforced exactly: a request occupies a slot of the
+// content windows from the moment it is allowed until Window after its
+// response came back: GitHub counts the request when it arrives, which is
+// between those two moments, so GitHub never sees more than Limit in any
+// Window however long the request took.
+type pacer struct {
+	cfg PacingConfig
+	now func() time.Time
+	// spacing is the least time between two requests of an installation:
+	// MinInterval, or the shortest content window divided by its limit if
+	// that is longer, so that requests are spread over the window rather
+	// than sent in a burst and then held back.
+	spacing time.Duration
+
+	mu    sync.Mutex
+	insts map[int64]*installationPace
+}
+
+type installationPace struct {
+	next    time.Time    // earliest start of the next mutating request
+	slots   []*time.Time // end times of recent requests; nil end = in flight
+	waiters int
+}
+
+func newPacer(cfg PacingConfig, now func() time.Time) *pacer {
+	cfg.fill()
+	spacing := max(cfg.MinInterval, 0)
+	shortest := RateWindow{}
+	for _, w := range cfg.ContentLimits {
+		if w.Limit > 0 && (shortest.Window == 0 || w.Window < shortest.Window) {
+			shortest = w
+		}
+	}
+	if shortest.Limit > 0 {
+		spacing = max(spacing, shortest.Window/time.Duration(shortest.Limit))
+	}
+	return &pacer{cfg: cfg, now: now, spacing: spacing, insts: make(map[int64]*installationPace)}
+}
+
+// errPaceRequeue is returned by acquire when the wait is too long to hold a
+// worker: the caller sends the operation back to the queue for delay.
+type paceRequeue struct{ delay time.Duration }
+
+func (p paceRequeue) Error() string { return "installation pace: wait " + p.delay.String() }
+
+// acquire waits for the installation's next turn to send a mutating
+// request and returns the function to call once the response is back. A
+// wait longer than MaxInlineWait, or with too many workers already
+// waiting, is returned as paceRequeue instead.
+func (p *pacer) acquire(ctx context.Context, inst int64) (done func(), err error) {
+	if p == nil || p.cfg.Disabled {
+		return func() {}, nil
+	}
+	waiting := false
+	defer func() {
+		if waiting {
+			p.mu.Lock()
+			p.insts[inst].waiters--
+			p.mu.Unlock()
+		}
+	}()
+	for {
+		p.mu.Lock()
+		ip := p.insts[inst]
+		if ip == nil {
+			ip = &installationPace{}
+			p.insts[inst] = ip
+		}
+		now := p.now()
+		at := p.earliest(ip, now)
+		if !at.After(now) {
+			end := new(time.Time)
+			*end = farFuture
+			ip.slots = append(ip.slots, end)
+			ip.next = now.Add(p.spacing)
+			p.mu.Unlock()
+			return func() {
+				p.mu.Lock()
+				*end = p.now()
+				p.mu.Unlock()
+			}, nil
+		}
+		wait := at.Sub(now)
+		if wait > p.cfg.MaxInlineWait || (!waiting && ip.waiters >= p.cfg.MaxWaiters) {
+			delay := wait + time.Duration(ip.waiters)*max(p.spacing, 10*time.Millisecond)
+			p.mu.Unlock()
+			return nil, paceRequeue{delay: delay}
+		}
+		if !waiting {
+			waiting = true
+			ip.waiters++
+		}
+		p.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// admit says, before an operation takes its lease, whether acquire would
+// send it back to the queue: it returns that delay, or 0 if the operation
+// should go ahead. Deciding before the lease spares the two writes of a
+// lease taken only to be given back.
+func (p *pacer) admit(inst int64) time.Duration {
+	if p == nil || p.cfg.Disabled {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ip := p.insts[inst]
+	if ip == nil {
+		return 0
+	}
+	now := p.now()
+	at := p.earliest(ip, now)
+	if !at.After(now) {
+		return 0
+	}
+	wait := at.Sub(now)
+	if wait > p.cfg.MaxInlineWait || ip.waiters >= p.cfg.MaxWaiters {
+		return wait + time.Duration(ip.waiters)*max(p.spacing, 10*time.Millisecond)
+	}
+	return 0
+}
+
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// earliest returns when the installation may send next. Called with p.mu
+// held; it also forgets slots older than the longest window.
+func (p *pacer) earliest(ip *installationPace, now time.Time) time.Time {
+	longest := time.Duration(0)
+	for _, w := range p.cfg.ContentLimits {
+		longest = max(longest, w.Window)
+	}
+	keep := ip.slots[:0]
+	for _, end := range ip.slots {
+		if end.Add(longest).After(now) {
+			keep = append(keep, end)
+		}
+	}
+	clear(ip.slots[len(keep):])
+	ip.slots = keep
+
+	at := ip.next
+	for _, w := range p.cfg.ContentLimits {
+		// Slots still counting in this window, newest last.
+		var ends []time.Time
+		for _, end := range ip.slots {
+			if end.Add(w.Window).After(now) {
+				ends = append(ends, *end)
+			}
+		}
+		if len(ends) < w.Limit {
+			continue
+		}
+		// The window has room again when the oldest of the last Limit
+		// slots leaves it. In-flight slots (far future) never leave.
+		oldest := ends[len(ends)-w.Limit]
+		for _, e := range ends[len(ends)-w.Limit:] {
+			if e.Before(oldest) {
+				oldest = e
+			}
+		}
+		free := oldest.Add(w.Window)
+		if oldest.Equal(farFuture) {
+			// Limit requests are in flight: look again shortly.
+			free = now.Add(20 * time.Millisecond)
+		}
+		if free.After(at) {
+			at = free
+		}
+	}
+	return at
+}
+
+// pauses holds the waits GitHub imposed on whole installations (rate
+// limits): every worker checks them before working for the installation.
+type pauses struct {
+	mu    sync.Mutex
+	until map[int64]time.Time
+}
+
+func newPauses() *pauses { return &pauses{until: make(map[int64]time.Time)} }
+
+// set extends the installation's pause to until (never shortens it).
+func (p *pauses) set(inst int64, until time.Time) {
+	p.mu.Lock()
+	if until.After(p.until[inst]) {
+		p.until[inst] = until
+	}
+	p.mu.Unlock()
+}
+
+// remaining returns how long the installation is still paused.
+func (p *pauses) remaining(inst int64, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.until[inst]
+	if !ok {
+		return 0
+	}
+	if !u.After(now) {
+		delete(p.until, inst)
+		return 0
+	}
+	return u.Sub(now)
+}

@@ -1,0 +1,109 @@
+package executor
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+// With the simulator enforcing a secondary limit of 40 content-creating
+// requests a second per installation, and baton pacing itself to the same
+// ceiling, 200 comments of one installation are never refused and go at
+// the ceiling, while a second installation's operations go at their own
+// pace meanwhile.
+func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
+	t.Parallel()
+	const ceiling = 40
+	s := newStack(t, stackOptions{
+		sim: ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1, SecondaryLimit: ceiling, SecondaryWindow: time.Second,
+			SecondaryRetryAfter: ghsim.RetryAfterAuto}},
+		exec: Config{Pacing: PacingConfig{MinInterval: -1, ContentLimits: []RateWindow{{ceiling, time.Second}}}},
+	})
+	if _, err := s.sim.AddRepo("other", "demo", 2); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 20; n++ {
+		for _, owner := range []string{"octo", "other"} {
+			if _, err := s.sim.AddIssue(owner, "demo", ghsim.NewIssue{Number: 200 + n, Title: "paced"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Submitted from 16 clients at once, the second installation's
+	// operations among the first's, so that submission is not what paces
+	// the run.
+	one, two := make([]string, 200), make([]string, 40)
+	var wg sync.WaitGroup
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; i < 240; i += 16 {
+				if i%6 == 5 {
+					j := i / 6
+					res := schema.Resource{Type: "issue", ID: fmt.Sprintf("other/demo#%d", 201+j%20)}
+					two[j] = s.submit(t, fmt.Sprintf("pace-2-%d", j), schema.ActionComment, res, `{"body":"paced"}`,
+						func(sub *schema.Submission) { sub.InstallationID = 2 }).OperationID
+					continue
+				}
+				j := i - (i+1)/6
+				res := schema.Resource{Type: "issue", ID: fmt.Sprintf("octo/demo#%d", 201+j%20)}
+				one[j] = s.submit(t, fmt.Sprintf("pace-1-%d", j), schema.ActionComment, res, `{"body":"paced"}`).OperationID
+			}
+		}()
+	}
+	wg.Wait()
+	var lastOne, lastTwo time.Time
+	for _, group := range []struct {
+		ids  []string
+		last *time.Time
+	}{{one, &lastOne}, {two, &lastTwo}} {
+		for _, id := range group.ids {
+			rec := s.await(t, id, 60*time.Second)
+			if rec.Status != schema.StatusSucceeded {
+				t.Fatalf("%s: %s %s", id, rec.Status, rec.LastErrorCategory)
+			}
+			for _, a := range rec.AttemptLog {
+				if a.ErrorCategory != "" {
+					t.Errorf("an attempt was refused: %+v", a)
+				}
+			}
+			if rec.CompletedAt.After(*group.last) {
+				*group.last = *rec.CompletedAt
+			}
+		}
+	}
+	var starts []time.Time
+	for _, e := range s.sim.Effects() {
+		if e.InstallationID == 1 {
+			starts = append(starts, e.StartedAt)
+		}
+	}
+	if len(starts) != 200 {
+		t.Fatalf("%d effects for installation 1", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		if g := starts[i].Sub(starts[i-1]); g > 60*time.Millisecond && testing.Verbose() {
+			t.Logf("gap of %v before request %d", g, i)
+		}
+	}
+	if testing.Verbose() {
+		for _, e := range s.sim.Effects() {
+			if e.InstallationID == 2 {
+				t.Logf("inst 2 effect at +%v", e.StartedAt.Sub(starts[0]))
+			}
+		}
+	}
+	rate := float64(len(starts)-1) / starts[len(starts)-1].Sub(starts[0]).Seconds()
+	t.Logf("installation 1: %.1f requests/s against a ceiling of %d/s", rate, ceiling)
+	if rate > ceiling*1.1 || rate < ceiling*0.9 {
+		t.Errorf("achieved %.1f/s, want within 10%% of %d/s", rate, ceiling)
+	}
+	if !lastTwo.Before(lastOne) {
+		t.Errorf("installation 2 finished at %v, after installation 1 (%v): it was held back", lastTwo, lastOne)
+	}
+}

@@ -1,0 +1,119 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// No window of the configured length ever holds more than Limit requests
+// as the server would count them (at arrival, between start and end), and
+// the achieved rate is close to the ceiling.
+func TestPacerKeepsUnderContentLimit(t *testing.T) {
+	t.Parallel()
+	const (
+		limit  = 10
+		window = 200 * time.Millisecond
+		total  = 60
+	)
+	p := newPacer(PacingConfig{MinInterval: -1, ContentLimits: []RateWindow{{limit, window}},
+		MaxInlineWait: time.Minute, MaxWaiters: 100}, time.Now)
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+		ends   []time.Time
+		wg     sync.WaitGroup
+	)
+	begin := time.Now()
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if len(starts) >= total {
+					mu.Unlock()
+					return
+				}
+				mu.Unlock()
+				done, err := p.acquire(context.Background(), 7)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				s := time.Now()
+				time.Sleep(5 * time.Millisecond) // the request's round trip
+				e := time.Now()
+				done()
+				mu.Lock()
+				starts, ends = append(starts, s), append(ends, e)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	// A server counting at any moment between start and end: the worst
+	// case for us is counting each request at its end. Check every window
+	// that starts at some request's end.
+	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	for _, from := range ends {
+		n := 0
+		for _, s := range starts {
+			if !s.Before(from) && s.Before(from.Add(window)) {
+				n++
+			}
+		}
+		if n > limit {
+			t.Fatalf("%d requests started within %v after a response", n, window)
+		}
+	}
+	rate := float64(len(starts)) / elapsed.Seconds()
+	ceiling := float64(limit) / window.Seconds()
+	if rate > ceiling*1.1 || rate < ceiling*0.8 {
+		t.Errorf("achieved %.1f/s against a ceiling of %.1f/s", rate, ceiling)
+	}
+}
+
+func TestPacerSendsLongWaitsBack(t *testing.T) {
+	t.Parallel()
+	p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Second}, time.Now)
+	done, err := p.acquire(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	_, err = p.acquire(context.Background(), 1)
+	var rq paceRequeue
+	if !errors.As(err, &rq) || rq.delay < 9*time.Second {
+		t.Fatalf("second acquire = %v, want a requeue of about 10s", err)
+	}
+	if w := p.admit(1); w < 9*time.Second {
+		t.Errorf("admit = %v", w)
+	}
+	// Another installation is not held back.
+	if _, err := p.acquire(context.Background(), 2); err != nil {
+		t.Errorf("other installation: %v", err)
+	}
+}
+
+func TestPauses(t *testing.T) {
+	t.Parallel()
+	p := newPauses()
+	now := time.Now()
+	p.set(1, now.Add(90*time.Second))
+	p.set(1, now.Add(10*time.Second)) // never shortened
+	if r := p.remaining(1, now); r != 90*time.Second {
+		t.Errorf("remaining = %v", r)
+	}
+	if r := p.remaining(2, now); r != 0 {
+		t.Errorf("other installation paused %v", r)
+	}
+	if r := p.remaining(1, now.Add(2*time.Minute)); r != 0 {
+		t.Errorf("after the pause: %v", r)
+	}
+}

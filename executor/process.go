@@ -1,0 +1,660 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/go-github/v62/github"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/schema"
+)
+
+// ResultKind says what the queue should do with an operation's message
+// after Process.
+type ResultKind int
+
+// What Process asks of the queue.
+const (
+	// ResultDone: acknowledge. The operation is terminal (whatever its
+	// outcome) or there is nothing to do.
+	ResultDone ResultKind = iota + 1
+	// ResultRetry: deliver again after Delay. Not a failure: the resource
+	// is busy, or GitHub asked for a wait.
+	ResultRetry
+	// ResultFailed: the executor could not process the message (the store
+	// is unavailable, a bug). The queue retries with backoff and, after
+	// repeated failures, dead-letters it.
+	ResultFailed
+)
+
+// Result is the outcome of Process for the queue.
+type Result struct {
+	Kind  ResultKind
+	Delay time.Duration
+	Err   error
+}
+
+func done() Result                 { return Result{Kind: ResultDone} }
+func retry(d time.Duration) Result { return Result{Kind: ResultRetry, Delay: d} }
+func failed(err error) Result      { return Result{Kind: ResultFailed, Err: err} }
+func (r Result) String() string    { return [...]string{"?", "done", "retry", "failed"}[r.Kind] }
+func (e *Executor) busy() Result   { return retry(e.cfg.BusyDelay) }
+func (e *Executor) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	// A call in flight is never interrupted: not by a cancellation, not by
+	// a lost lease, not by shutdown. Only its own timeout ends it.
+	return context.WithTimeout(context.WithoutCancel(ctx), e.gh.Timeout())
+}
+
+// Leases is what the executor needs of the lease coordinator
+// (*coordinator.Coordinator).
+type Leases interface {
+	AcquireWith(ctx context.Context, key, owner string, ttl time.Duration, fn func(*sqlite.Tx, *coordinator.Lease) error) (*coordinator.Lease, error)
+	KeepAlive(ctx context.Context, l *coordinator.Lease) (context.Context, func())
+	Fenced(ctx context.Context, l *coordinator.Lease, fn func(*sqlite.Tx) error) error
+	ReleaseWith(ctx context.Context, l *coordinator.Lease, fn func(*sqlite.Tx) error) error
+}
+
+// RecordWriter is what Process needs of the store beyond Store: saves that
+// run inside the coordinator's transactions, and the per-resource order.
+// *SQLiteStore implements it.
+type RecordWriter interface {
+	SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) error, error)
+	OlderPending(ctx context.Context, rec *schema.Record) (bool, error)
+}
+
+// InstallationResolver says which installation covers a repository. An
+// error with code forbidden means baton may not act there (not installed,
+// suspended): the operation fails with category installation_unavailable.
+type InstallationResolver interface {
+	InstallationOf(ctx context.Context, owner, repo string) (int64, error)
+}
+
+// cancelWatch lets Cancel wake the Process of the same operation at once
+// when both run in this process; other processes see the flag at the next
+// boundary or poll.
+type cancelWatch struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (w *cancelWatch) watch(id string) (<-chan struct{}, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[string]chan struct{})
+	}
+	ch := make(chan struct{})
+	w.m[id] = ch
+	return ch, func() {
+		w.mu.Lock()
+		if w.m[id] == ch {
+			delete(w.m, id)
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *cancelWatch) notify(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.m[id]; ok {
+		close(ch)
+		delete(w.m, id)
+	}
+}
+
+// Process carries out one operation: the queue's handler. It loads the
+// record (terminal: done), waits its turn on the resource (an older
+// unfinished operation on it, or its lease held: retry in BusyDelay), takes
+// the resource's lease and marks the record running in one transaction,
+// then runs the attempt loop under the lease, saving every change fenced by
+// it, and saves the terminal record in the transaction that releases the
+// lease.
+func (e *Executor) Process(ctx context.Context, operationID string) Result {
+	if e.leases == nil || e.writer == nil || e.gh == nil {
+		return failed(errors.New("executor: Process needs Config.Leases, Config.GitHub and a store that implements RecordWriter"))
+	}
+	for range 3 {
+		rec, err := e.store.Get(ctx, operationID)
+		if errors.Is(err, schema.ErrNotFound) {
+			e.log.Warn("message for an unknown operation", zap.String(LogEvent, "unknown_operation"), zap.String(LogOperationID, operationID))
+			return done()
+		}
+		if err != nil {
+			return failed(err)
+		}
+		if rec.Terminal() {
+			return done()
+		}
+		res, stale := e.process(ctx, &rec)
+		if !stale {
+			return res
+		}
+		// The record changed between our read and our acquisition (a
+		// cancellation, another worker's save): read it again.
+	}
+	return e.busy()
+}
+
+// process is one try of Process on a record read just before; stale is
+// true when the record changed before the lease was taken.
+func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result, stale bool) {
+	log := e.opLogger(rec)
+	tg, err := schema.ParseResource(rec.Resource)
+	if err != nil {
+		return failed(fmt.Errorf("executor: stored resource: %w", err)), false
+	}
+	payload, err := schema.DecodePayload(rec.Action, rec.Payload)
+	if err != nil {
+		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
+	}
+	if older, err := e.writer.OlderPending(ctx, rec); err != nil {
+		return failed(err), false
+	} else if older {
+		e.waits.wait(rec.Resource.Key(), rec.OperationID)
+		return retry(e.cfg.OrderDelay), false
+	}
+	inst, unavailable, err := e.installation(ctx, rec, tg)
+	if err != nil {
+		return failed(err), false
+	}
+	now := e.now()
+	if unavailable == nil {
+		// A wait GitHub imposed on the installation, or a long turn in its
+		// pace: go back to the queue without touching the lease.
+		if w := e.pauses.remaining(inst, now); w > 0 {
+			return retry(w), false
+		}
+		if w := e.pacer.admit(inst); w > 0 {
+			return retry(w), false
+		}
+	}
+
+	// Take the resource and mark the operation running, in one
+	// transaction. The save is a compare-and-swap on the version read, so
+	// a record that changed meanwhile is read again.
+	run := rec.Clone()
+	run.Status = schema.StatusRunning
+	run.UpdatedAt = now
+	run.NextAttemptAt = nil
+	if run.StartedAt == nil {
+		run.StartedAt = &now
+	}
+	if unavailable == nil {
+		run.InstallationID = inst
+	}
+	// When the first thing to do is a call (no probe owed, budget left,
+	// nothing to wait for), its start is recorded in this same save,
+	// sparing a write; if the call does not happen after all, the entry is
+	// taken back before the next save.
+	preStart := unavailable == nil && !run.CancellationRequested && !lastAttemptAmbiguous(&run) &&
+		run.Attempts < run.MaxAttempts && e.pauses.remaining(inst, now) == 0
+	if preStart {
+		run.Attempts++
+		run.AppendAttempt(schema.Attempt{Number: run.Attempts, StartedAt: now})
+	}
+	save, err := e.writer.SaveFunc(&run, true)
+	if err != nil {
+		return failed(err), false
+	}
+	lease, err := e.leases.AcquireWith(ctx, rec.Resource.Key(), rec.OperationID, e.cfg.LeaseTTL,
+		func(tx *sqlite.Tx, _ *coordinator.Lease) error { return save(tx) })
+	switch {
+	case errors.Is(err, coordinator.ErrLeaseHeld):
+		e.waits.wait(rec.Resource.Key(), rec.OperationID)
+		return e.busy(), false
+	case errors.Is(err, ErrStale):
+		return Result{}, true
+	case errors.Is(err, schema.ErrAlreadyTerminal):
+		return done(), false
+	case err != nil:
+		return failed(err), false
+	}
+	if lease.Preempted != nil {
+		log.Info("took over an expired lease", zap.String(LogEvent, "lease_preempted"),
+			zap.String("previousOwner", lease.Preempted.Owner), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
+	}
+	kctx, stop := e.leases.KeepAlive(ctx, lease)
+	defer stop()
+	r := &runner{e: e, ctx: kctx, parent: ctx, lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart}
+	cancelled, unwatch := e.cancels.watch(rec.OperationID)
+	defer unwatch()
+	r.cancelled = cancelled
+	if unavailable != nil {
+		return r.finish(schema.StatusFailed, nil, CategoryInstallationUnavailable, unavailable.Error()), false
+	}
+	return r.loop(), false
+}
+
+// installation finds the installation the operation runs as. unavailable
+// is set when baton may not act on the repository (the operation fails).
+func (e *Executor) installation(ctx context.Context, rec *schema.Record, tg schema.Target) (id int64, unavailable, err error) {
+	if e.installs == nil {
+		if rec.InstallationID == 0 {
+			return 0, errors.New("no installation covers " + tg.FullName()), nil
+		}
+		return rec.InstallationID, nil, nil
+	}
+	id, err = e.installs.InstallationOf(ctx, tg.Owner, tg.Repo)
+	if err != nil {
+		if schema.ErrorCode(err) == schema.CodeForbidden || schema.ErrorCode(err) == schema.CodeNotFound {
+			return 0, err, nil
+		}
+		return 0, nil, err
+	}
+	if rec.InstallationID != 0 && rec.InstallationID != id {
+		return 0, fmt.Errorf("repository %s moved from installation %d to %d", tg.FullName(), rec.InstallationID, id), nil
+	}
+	return id, nil, nil
+}
+
+// runner carries one operation through its attempts under its lease.
+type runner struct {
+	e         *Executor
+	ctx       context.Context // ends when the lease is lost or the worker stops
+	parent    context.Context
+	lease     *coordinator.Lease
+	rec       *schema.Record
+	target    schema.Target
+	payload   any
+	inst      int64
+	log       *zap.Logger
+	cancelled <-chan struct{}
+	client    *github.Client
+	// started is true while the last attempt in the record is one whose
+	// start was saved ahead of its call (see process) and that has not
+	// been made yet.
+	started bool
+}
+
+// unstart takes back an attempt recorded ahead of a call that is not
+// going to be made.
+func (r *runner) unstart() {
+	if r.started {
+		r.started = false
+		r.rec.Attempts--
+		r.rec.AttemptLog = r.rec.AttemptLog[:len(r.rec.AttemptLog)-1]
+	}
+}
+
+func (r *runner) loop() Result {
+	e := r.e
+	act := actions[r.rec.Action]
+	client, err := e.gh.Installation(r.inst)
+	if err != nil {
+		return r.finish(schema.StatusFailed, nil, CategoryInternal, err.Error())
+	}
+	r.client = client
+	// An earlier attempt that never recorded its end (a crash, a lost
+	// lease) or that ended ambiguously may have been applied.
+	probe := lastAttemptAmbiguous(r.rec)
+	for {
+		if res, stop := r.boundary(); stop {
+			return res
+		}
+		if w := e.pauses.remaining(r.inst, e.now()); w > 0 {
+			if w > e.cfg.MaxInlineWait {
+				return r.requeue(w)
+			}
+			if res, stop := r.wait(w); stop {
+				return res
+			}
+			continue
+		}
+		if probe {
+			res, stop, again := r.probe(act)
+			if stop {
+				return res
+			}
+			if again {
+				continue
+			}
+			probe = false
+		}
+		if !r.started && r.rec.Attempts >= r.rec.MaxAttempts {
+			return r.finish(schema.StatusFailed, nil, r.rec.LastErrorCategory, r.rec.LastErrorMessage)
+		}
+		paced, err := e.pacer.acquire(r.ctx, r.inst)
+		var rq paceRequeue
+		switch {
+		case errors.As(err, &rq):
+			return r.requeue(rq.delay)
+		case err != nil:
+			continue // the lease was lost or the worker stops: see boundary
+		}
+		res, stop, ambiguous := r.attempt(act, paced)
+		if stop {
+			return res
+		}
+		probe = ambiguous
+	}
+}
+
+// boundary is checked between attempts: cancellation requested, lease
+// lost, worker stopping.
+func (r *runner) boundary() (Result, bool) {
+	select {
+	case <-r.cancelled:
+		r.rec.CancellationRequested = true
+	default:
+	}
+	if r.rec.CancellationRequested {
+		return r.finish(schema.StatusCancelled, nil, CategoryCancelled, "cancelled before the next attempt"), true
+	}
+	if err := r.ctx.Err(); err != nil {
+		if errors.Is(context.Cause(r.ctx), coordinator.ErrLeaseLost) {
+			r.log.Warn("lease lost; stopping", zap.String(LogEvent, "lease_lost"))
+			return r.e.busy(), true
+		}
+		// The worker is stopping: leave the operation for the next one.
+		return r.requeue(0), true
+	}
+	return Result{}, false
+}
+
+// wait sleeps d unless the operation is cancelled, the lease lost or the
+// worker stops first; the record is polled for a cancellation requested
+// from another process.
+func (r *runner) wait(d time.Duration) (Result, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	poll := time.NewTicker(r.e.cfg.CancelPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-t.C:
+			return Result{}, false
+		case <-r.cancelled:
+			r.rec.CancellationRequested = true
+			return r.boundary()
+		case <-r.ctx.Done():
+			return r.boundary()
+		case <-poll.C:
+			if cur, err := r.e.store.Get(r.ctx, r.rec.OperationID); err == nil && cur.CancellationRequested {
+				r.rec.CancellationRequested = true
+				return r.boundary()
+			}
+		}
+	}
+}
+
+// probe checks the action's post-condition. stop ends Process with res;
+// again means go round the loop again (a wait was imposed).
+func (r *runner) probe(act action) (res Result, stop, again bool) {
+	if err := r.lease.AssertOwned(); err != nil {
+		return r.e.busy(), true, false
+	}
+	start := r.e.now()
+	ctx, cancel := r.e.callCtx(r.ctx)
+	isDone, result, resp, err := act.probe(ctx, r.client, r.rec, r.target, r.payload)
+	cancel()
+	if resp == nil && err == nil && !isDone {
+		return Result{}, false, false // the action has no probe
+	}
+	a := schema.Attempt{Number: r.rec.Attempts, StartedAt: start, EndedAt: r.e.now(), Probe: true}
+	if resp != nil {
+		a.HTTPStatus, a.RequestID = resp.StatusCode, resp.Header.Get("X-Github-Request-Id")
+	}
+	if err == nil {
+		r.rec.AppendAttempt(a)
+		if isDone {
+			r.log.Info("probe found the effect of an earlier attempt", zap.String(LogEvent, "probe_found"))
+			return r.finish(schema.StatusSucceeded, result, "", ""), true, false
+		}
+		return Result{}, false, false
+	}
+	cl := Classify(err, r.e.now())
+	a.ErrorCategory, a.ErrorMessage = cl.Category, cl.Message
+	if a.HTTPStatus == 0 {
+		a.HTTPStatus, a.RequestID = cl.Status, cl.RequestID
+	}
+	r.rec.AppendAttempt(a)
+	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
+	if cl.PauseInstallation {
+		r.e.pauses.set(r.inst, r.e.now().Add(cl.Wait))
+		return Result{}, false, true
+	}
+	if !cl.Retryable {
+		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	// The probe could not tell; it must not be skipped. It spends an
+	// attempt, so a post-condition that cannot be checked ends the
+	// operation rather than loop.
+	r.rec.Attempts++
+	if r.rec.Attempts >= r.rec.MaxAttempts {
+		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	delay := r.e.backoff(r.rec.Attempts, cl.Wait)
+	if res, stop := r.saveBetween(delay); stop {
+		return res, true, false
+	}
+	if res, stop := r.wait(delay); stop {
+		return res, true, false
+	}
+	return Result{}, false, true
+}
+
+// attempt makes one call. The attempt's start is saved (fenced) before
+// the call, so that a crash during it leaves a record that says an attempt
+// may have been applied.
+func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous bool) {
+	e := r.e
+	var a schema.Attempt
+	if r.started {
+		// Recorded with the lease: make the call now.
+		r.started = false
+		r.rec.AttemptLog[len(r.rec.AttemptLog)-1].StartedAt = e.now()
+		a = r.rec.AttemptLog[len(r.rec.AttemptLog)-1]
+	} else {
+		r.rec.Attempts++
+		a = schema.Attempt{Number: r.rec.Attempts, StartedAt: e.now()}
+		r.rec.AppendAttempt(a)
+		r.rec.UpdatedAt = a.StartedAt
+		if err := r.saveFenced(); err != nil {
+			paced()
+			return r.lost(err), true, false
+		}
+	}
+	if err := r.lease.AssertOwned(); err != nil {
+		paced()
+		return e.busy(), true, false
+	}
+	ctx, cancel := e.callCtx(r.ctx)
+	result, resp, err := act.do(ctx, r.client, r.rec, r.target, r.payload)
+	cancel()
+	paced()
+	last := &r.rec.AttemptLog[len(r.rec.AttemptLog)-1]
+	last.EndedAt = e.now()
+	if resp != nil {
+		last.HTTPStatus, last.RequestID = resp.StatusCode, resp.Header.Get("X-Github-Request-Id")
+	}
+	if err == nil {
+		r.log.Info("attempt succeeded", zap.String(LogEvent, "attempt_succeeded"), zap.Int(LogAttempt, a.Number))
+		return r.finish(schema.StatusSucceeded, result, "", ""), true, false
+	}
+	cl := Classify(err, e.now())
+	last.ErrorCategory, last.ErrorMessage = cl.Category, cl.Message
+	if last.HTTPStatus == 0 {
+		last.HTTPStatus, last.RequestID = cl.Status, cl.RequestID
+	}
+	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
+	r.log.Info("attempt failed", zap.String(LogEvent, "attempt_failed"), zap.Int(LogAttempt, a.Number),
+		zap.String(LogErrorCategory, cl.Category), zap.Int("httpStatus", last.HTTPStatus), zap.Bool("retryable", cl.Retryable))
+	if cl.PauseInstallation {
+		e.pauses.set(r.inst, e.now().Add(cl.Wait))
+	}
+	if !cl.Retryable {
+		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	if cl.Wait > e.cfg.MaxInlineWait {
+		// GitHub asked for a long wait: back to the queue, and this
+		// attempt, refused before it was applied, spends nothing.
+		r.rec.Attempts--
+		last.WaitMillis = cl.Wait.Milliseconds()
+		return r.requeue(cl.Wait), true, false
+	}
+	if r.rec.Attempts >= r.rec.MaxAttempts {
+		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	delay := e.backoff(r.rec.Attempts, cl.Wait)
+	last.WaitMillis = delay.Milliseconds()
+	if res, stop := r.saveBetween(delay); stop {
+		return res, true, false
+	}
+	if res, stop := r.wait(delay); stop {
+		return res, true, false
+	}
+	return Result{}, false, cl.Ambiguous
+}
+
+// saveBetween saves the record before a wait, with nextAttemptAt.
+func (r *runner) saveBetween(delay time.Duration) (Result, bool) {
+	now := r.e.now()
+	next := now.Add(delay)
+	r.rec.NextAttemptAt = &next
+	r.rec.UpdatedAt = now
+	if err := r.saveFenced(); err != nil {
+		return r.lost(err), true
+	}
+	r.rec.NextAttemptAt = nil
+	return Result{}, false
+}
+
+func (r *runner) saveFenced() error {
+	save, err := r.e.writer.SaveFunc(r.rec, false)
+	if err != nil {
+		return err
+	}
+	return r.e.leases.Fenced(context.WithoutCancel(r.ctx), r.lease, save)
+}
+
+// lost turns a failed fenced save into the queue's answer.
+func (r *runner) lost(err error) Result {
+	if errors.Is(err, coordinator.ErrLeaseLost) {
+		r.log.Warn("lease lost before a save; stopping", zap.String(LogEvent, "lease_lost"))
+		return r.e.busy()
+	}
+	if errors.Is(err, schema.ErrAlreadyTerminal) {
+		return done()
+	}
+	return failed(err)
+}
+
+// requeue releases the resource and sends the operation back to the
+// queue for delay, recording when it runs again.
+func (r *runner) requeue(delay time.Duration) Result {
+	now := r.e.now()
+	r.rec.UpdatedAt = now
+	if delay > 0 {
+		next := now.Add(delay)
+		r.rec.NextAttemptAt = &next
+	}
+	if err := r.release(); err != nil {
+		return r.lost(err)
+	}
+	r.log.Info("sent back to the queue", zap.String(LogEvent, "requeued"), zap.Duration("delay", delay))
+	return retry(delay)
+}
+
+// finish saves the terminal record in the transaction that releases the
+// lease.
+func (r *runner) finish(status schema.Status, result any, category, message string) Result {
+	now := r.e.now()
+	r.rec.Status = status
+	r.rec.Outcome = schema.OutcomeFor(status)
+	r.rec.CompletedAt = &now
+	r.rec.UpdatedAt = now
+	r.rec.NextAttemptAt = nil
+	if status != schema.StatusSucceeded {
+		r.rec.LastErrorCategory, r.rec.LastErrorMessage = category, message
+	}
+	if result != nil {
+		b, err := json.Marshal(result)
+		if err != nil {
+			return failed(fmt.Errorf("executor: encode result: %w", err))
+		}
+		r.rec.Result = b
+	}
+	if err := r.release(); err != nil {
+		return r.lost(err)
+	}
+	fields := []zap.Field{zap.String(LogEvent, "operation_"+string(status)), zap.Int(LogAttempt, r.rec.Attempts)}
+	if category != "" {
+		fields = append(fields, zap.String(LogErrorCategory, category))
+	}
+	r.log.Info("operation finished", fields...)
+	r.e.metrics.finished(r.rec)
+	return done()
+}
+
+func (r *runner) release() error {
+	r.unstart()
+	save, err := r.e.writer.SaveFunc(r.rec, false)
+	if err != nil {
+		return err
+	}
+	// The release must reach the store even when the worker is stopping.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.parent), 10*time.Second)
+	defer cancel()
+	if err := r.e.leases.ReleaseWith(ctx, r.lease, save); err != nil {
+		return err
+	}
+	r.e.waits.freed(r.rec.Resource.Key())
+	return nil
+}
+
+// lastAttemptAmbiguous reports whether the operation's last attempt may
+// have been applied without baton knowing: it never recorded an end, or
+// ended in an ambiguous failure.
+func lastAttemptAmbiguous(rec *schema.Record) bool {
+	for i := len(rec.AttemptLog) - 1; i >= 0; i-- {
+		a := rec.AttemptLog[i]
+		if a.Probe {
+			if a.ErrorCategory == "" {
+				return false // a probe after it looked and found nothing
+			}
+			continue // a probe that could not tell settles nothing
+		}
+		if a.EndedAt.IsZero() {
+			return true
+		}
+		switch a.ErrorCategory {
+		case CategoryNetwork, CategoryTimeout, CategoryServerError:
+			// Conservatively ambiguous: a probe costs one read.
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// backoff is the delay before attempt n+1: 250 ms·2^(n−1) with jitter,
+// raised to GitHub's wait when that is larger, capped at MaxBackoff.
+func (e *Executor) backoff(n int, providerWait time.Duration) time.Duration {
+	d := e.cfg.BaseBackoff << min(max(n-1, 0), 20)
+	// Full jitter on the upper half: between d/2 and d.
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	d = max(d, providerWait)
+	return min(d, e.cfg.MaxBackoff)
+}
+
+func (e *Executor) opLogger(rec *schema.Record) *zap.Logger {
+	fields := []zap.Field{
+		zap.String(LogOperationID, rec.OperationID),
+		zap.String(LogAction, rec.Action),
+		zap.String(LogResourceType, rec.Resource.Type),
+		zap.String(LogResourceID, rec.Resource.ID),
+	}
+	if rec.CorrelationID != "" {
+		fields = append(fields, zap.String(LogCorrelationID, rec.CorrelationID))
+	}
+	return e.log.With(fields...)
+}

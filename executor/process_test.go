@@ -1,0 +1,314 @@
+package executor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+func TestEachActionSucceeds(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	// The ref update goes to a branch of its own: merging #1 moves main.
+	base, _ := s.sim.Ref("octo", "demo", "heads/main")
+	if err := s.sim.SetRef("octo", "demo", "heads/release", base, ""); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := s.sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}})
+	head1 := ghsim.DemoHeadSHA(1)
+	cases := []struct {
+		action  string
+		res     schema.Resource
+		payload string
+	}{
+		{schema.ActionComment, issue(10), `{"body":"hello"}`},
+		{schema.ActionAddLabels, issue(11), `{"labels":["a","b"]}`},
+		{schema.ActionRemoveLabel, issue(12), `{"label":"absent"}`},
+		{schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/demo#1"}, `{"sha":"` + head1 + `"}`},
+		{schema.ActionUpdateBranch, schema.Resource{Type: "pull_request", ID: "octo/demo#2"}, `{"expectedHeadSha":"` + ghsim.DemoHeadSHA(2) + `"}`},
+		{schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/demo:heads/release"}, `{"sha":"` + next + `"}`},
+		{schema.ActionCreateStatus, schema.Resource{Type: "commit", ID: "octo/demo@" + ghsim.DemoHeadSHA(3)}, `{"state":"success","context":"ci"}`},
+	}
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		ids[i] = s.submit(t, "each-"+c.action, c.action, c.res, c.payload).OperationID
+	}
+	for i, c := range cases {
+		rec := s.await(t, ids[i], 20*time.Second)
+		if rec.Status != schema.StatusSucceeded || rec.Attempts != 1 || len(rec.Result) == 0 {
+			t.Errorf("%s: status=%s attempts=%d result=%s err=%s %s", c.action, rec.Status, rec.Attempts, rec.Result,
+				rec.LastErrorCategory, rec.LastErrorMessage)
+		}
+		if len(rec.AttemptLog) != 1 || rec.AttemptLog[0].RequestID == "" || rec.AttemptLog[0].HTTPStatus == 0 {
+			t.Errorf("%s: attempt log %+v", c.action, rec.AttemptLog)
+		}
+	}
+	pr, _ := s.sim.Pull("octo", "demo", 1)
+	if !pr.Merged {
+		t.Error("pull request #1 not merged")
+	}
+	if ref, _ := s.sim.Ref("octo", "demo", "heads/release"); ref != next {
+		t.Error("release not updated")
+	}
+	// Nothing holds a lease once everything is terminal.
+	for _, c := range cases {
+		st, err := s.coord.Check(context.Background(), c.res.Key())
+		if err != nil || st.Locked {
+			t.Errorf("%s still locked: %+v %v", c.res.Key(), st, err)
+		}
+	}
+}
+
+func TestStaleMergeFailsWithConflictAfterOneAttempt(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	rec := s.submit(t, "stale", schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/demo#1"},
+		`{"sha":"`+strings.Repeat("a", 40)+`"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusFailed || got.Attempts != 1 || got.LastErrorCategory != CategoryConflict {
+		t.Fatalf("status=%s attempts=%d category=%s", got.Status, got.Attempts, got.LastErrorCategory)
+	}
+	if pr, _ := s.sim.Pull("octo", "demo", 1); pr.Merged {
+		t.Error("merged despite a stale sha")
+	}
+}
+
+// A connection dropped after GitHub applied the comment: the probe finds
+// the comment by its marker, the operation succeeds, and GitHub saw one
+// comment.
+func TestDroppedAfterEffectIsProbed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultDropAfter, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "dropped", schema.ActionComment, issue(10), `{"body":"once"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded {
+		t.Fatalf("status=%s %s %s", got.Status, got.LastErrorCategory, got.LastErrorMessage)
+	}
+	var probes int
+	for _, a := range got.AttemptLog {
+		if a.Probe {
+			probes++
+		}
+	}
+	if got.Attempts != 1 || probes != 1 {
+		t.Errorf("attempts=%d probes=%d log=%+v", got.Attempts, probes, got.AttemptLog)
+	}
+	n := 0
+	for _, e := range s.sim.Effects() {
+		if e.Method == "POST" && strings.HasSuffix(e.Path, "/issues/10/comments") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("effects log shows %d comments", n)
+	}
+	is, _ := s.sim.Issue("octo", "demo", 10)
+	if len(is.Comments) != 1 {
+		t.Errorf("issue has %d comments", len(is.Comments))
+	}
+}
+
+func TestServerErrorThenSuccess(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/labels", Kind: ghsim.FaultStatus, Status: 500, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "500", schema.ActionAddLabels, issue(11), `{"labels":["x"]}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 2 {
+		t.Fatalf("status=%s attempts=%d log=%+v", got.Status, got.Attempts, got.AttemptLog)
+	}
+	if first := got.AttemptLog[0]; first.HTTPStatus != 500 || first.ErrorCategory != CategoryServerError || first.WaitMillis <= 0 {
+		t.Errorf("first attempt %+v", first)
+	}
+}
+
+func TestTooManyRequestsWaitsRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultTooManyRequests,
+		RetryAfter: 2 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "429", schema.ActionComment, issue(10), `{"body":"patient"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	var attempts []schema.Attempt
+	for _, a := range got.AttemptLog {
+		if !a.Probe {
+			attempts = append(attempts, a)
+		}
+	}
+	if got.Status != schema.StatusSucceeded || len(attempts) != 2 {
+		t.Fatalf("status=%s log=%+v", got.Status, got.AttemptLog)
+	}
+	if gap := attempts[1].StartedAt.Sub(attempts[0].EndedAt); gap < 2*time.Second {
+		t.Errorf("second attempt came %v after a 429 with Retry-After: 2", gap)
+	}
+	if attempts[0].HTTPStatus != 429 || attempts[0].ErrorCategory != CategoryRateLimited {
+		t.Errorf("first attempt %+v", attempts[0])
+	}
+}
+
+// A secondary limit asking for 90 s sends the operation back to the queue
+// without spending an attempt, and the installation's other operations
+// wait too.
+func TestLongSecondaryLimitRequeues(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: -1, SecondaryLimit: 1, SecondaryRetryAfter: 90 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	first := s.submit(t, "sec-1", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s", got.Status)
+	}
+	second := s.submit(t, "sec-2", schema.ActionComment, issue(11), `{"body":"two"}`)
+	// The second is refused with Retry-After: 90 and requeued.
+	deadline := time.Now().Add(20 * time.Second)
+	var rec schema.Record
+	for {
+		rec, _ = s.store.Get(context.Background(), second.OperationID)
+		if rec.NextAttemptAt != nil && len(rec.AttemptLog) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never requeued: %+v", rec)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.Status != schema.StatusRunning || rec.Attempts != 0 || rec.NextAttemptAt.Sub(rec.UpdatedAt) < 85*time.Second {
+		t.Errorf("after the refusal: status=%s attempts=%d next=%v updated=%v", rec.Status, rec.Attempts, rec.NextAttemptAt, rec.UpdatedAt)
+	}
+	if a := rec.AttemptLog[0]; a.HTTPStatus != 403 || a.ErrorCategory != CategorySecondaryRateLimit {
+		t.Errorf("attempt %+v", a)
+	}
+	// A third operation of the same installation waits without calling.
+	before := len(s.sim.Effects())
+	third := s.submit(t, "sec-3", schema.ActionComment, issue(12), `{"body":"three"}`)
+	time.Sleep(1500 * time.Millisecond) // give it every chance to run
+	rec3, _ := s.store.Get(context.Background(), third.OperationID)
+	if rec3.Status != schema.StatusQueued || len(rec3.AttemptLog) != 0 || len(s.sim.Effects()) != before {
+		t.Errorf("third operation ran during the pause: %s %+v", rec3.Status, rec3.AttemptLog)
+	}
+}
+
+func TestCancelDuringWait(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{BaseBackoff: 20 * time.Second, MaxBackoff: 20 * time.Second}})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 502}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "cancel", schema.ActionComment, issue(10), `{"body":"never"}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cur, _ := s.store.Get(context.Background(), rec.OperationID)
+		if cur.NextAttemptAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never waited")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	asked := time.Now()
+	if _, err := s.exec.Cancel(context.Background(), rec.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	if got.Status != schema.StatusCancelled || !got.CancellationRequested || got.Attempts != 1 {
+		t.Fatalf("status=%s attempts=%d", got.Status, got.Attempts)
+	}
+	if took := got.CompletedAt.Sub(asked); took > 5*time.Second {
+		t.Errorf("cancellation took %v to be observed during a 20 s wait", took)
+	}
+}
+
+func TestManyOperationsNeverOverlapOnAResource(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{concurrency: 32})
+	var ids []string
+	for i := 0; i < 200; i++ {
+		r := issue(100 + i%10)
+		if i < 10 {
+			if _, err := s.sim.AddIssue("octo", "demo", ghsim.NewIssue{Number: 100 + i, Title: "t"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, s.submit(t, "many-"+itoa(i), schema.ActionComment, r, `{"body":"n`+itoa(i)+`"}`).OperationID)
+	}
+	for _, id := range ids {
+		if got := s.await(t, id, 60*time.Second); got.Status != schema.StatusSucceeded {
+			t.Errorf("%s: %s", id, got.Status)
+		}
+	}
+	byResource := map[string][]ghsim.Effect{}
+	for _, e := range s.sim.Effects() {
+		byResource[e.Resource] = append(byResource[e.Resource], e)
+	}
+	for res, effs := range byResource {
+		for i := 1; i < len(effs); i++ {
+			if effs[i].StartedAt.Before(effs[i-1].EndedAt) {
+				t.Errorf("%s: calls overlap: %v–%v and %v–%v", res, effs[i-1].StartedAt, effs[i-1].EndedAt, effs[i].StartedAt, effs[i].EndedAt)
+			}
+		}
+	}
+	if n := len(s.sim.Effects()); n != 200 {
+		t.Errorf("%d effects for 200 operations", n)
+	}
+	// Per resource, the comments landed in the order the operations were
+	// created.
+	for k := 0; k < 10; k++ {
+		is, _ := s.sim.Issue("octo", "demo", 100+k)
+		last := -1
+		for _, c := range is.Comments {
+			var n int
+			if _, err := fmtSscan(c.Body, &n); err != nil {
+				t.Fatal(err)
+			}
+			if n < last {
+				t.Errorf("issue %d: comment %d after %d", 100+k, n, last)
+			}
+			last = n
+		}
+	}
+}
+
+func TestLastAttemptAmbiguous(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ended := func(cat string) schema.Attempt { return schema.Attempt{StartedAt: now, EndedAt: now, ErrorCategory: cat} }
+	probe := func(cat string) schema.Attempt {
+		a := ended(cat)
+		a.Probe = true
+		return a
+	}
+	cases := []struct {
+		name string
+		log  []schema.Attempt
+		want bool
+	}{
+		{"none", nil, false},
+		{"never ended", []schema.Attempt{{StartedAt: now}}, true},
+		{"server error", []schema.Attempt{ended(CategoryServerError)}, true},
+		{"timeout", []schema.Attempt{ended(CategoryTimeout)}, true},
+		{"network", []schema.Attempt{ended(CategoryNetwork)}, true},
+		{"rate limited (refused, not applied)", []schema.Attempt{ended(CategoryRateLimited)}, false},
+		{"validation", []schema.Attempt{ended(CategoryValidation)}, false},
+		{"probed after", []schema.Attempt{ended(CategoryServerError), probe("")}, false},
+		{"failed probe settles nothing", []schema.Attempt{ended(CategoryServerError), probe(CategoryServerError)}, true},
+		{"failed probe after a clean failure", []schema.Attempt{ended(CategoryRateLimited), probe(CategoryServerError)}, false},
+	}
+	for _, c := range cases {
+		if got := lastAttemptAmbiguous(&schema.Record{AttemptLog: c.log}); got != c.want {
+			t.Errorf("%s: %v", c.name, got)
+		}
+	}
+}
