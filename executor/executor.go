@@ -76,6 +76,11 @@ type Config struct {
 	// Registerer receives the executor's metrics (baton_executor_*). nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// OnFinished, if set, is called with every record Process makes
+	// terminal, after it is saved. It runs on the worker: it must return
+	// quickly (hand the record to a goroutine of its own for real work).
+	// Features built on operations (the merge queue) learn outcomes here.
+	OnFinished func(schema.Record)
 }
 
 // Executor accepts operations (Submit), cancels them (Cancel), reports

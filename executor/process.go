@@ -295,7 +295,8 @@ func (r *runner) loop() Result {
 	r.client = client
 	// An earlier attempt that never recorded its end (a crash, a lost
 	// lease) or that ended ambiguously may have been applied.
-	probe := lastAttemptAmbiguous(r.rec)
+	// (An attempt recorded ahead of its call is not one of those.)
+	probe := !r.started && lastAttemptAmbiguous(r.rec)
 	for {
 		if res, stop := r.boundary(); stop {
 			return res
@@ -592,6 +593,9 @@ func (r *runner) finish(status schema.Status, result any, category, message stri
 	}
 	r.log.Info("operation finished", fields...)
 	r.e.metrics.finished(r.rec)
+	if f := r.e.cfg.OnFinished; f != nil {
+		f(r.rec.Clone())
+	}
 	return done()
 }
 

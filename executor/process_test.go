@@ -2,11 +2,14 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -284,7 +287,9 @@ func TestManyOperationsNeverOverlapOnAResource(t *testing.T) {
 func TestLastAttemptAmbiguous(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	ended := func(cat string) schema.Attempt { return schema.Attempt{StartedAt: now, EndedAt: now, ErrorCategory: cat} }
+	ended := func(cat string) schema.Attempt {
+		return schema.Attempt{StartedAt: now, EndedAt: now, ErrorCategory: cat}
+	}
 	probe := func(cat string) schema.Attempt {
 		a := ended(cat)
 		a.Probe = true
@@ -310,5 +315,41 @@ func TestLastAttemptAmbiguous(t *testing.T) {
 		if got := lastAttemptAmbiguous(&schema.Record{AttemptLog: c.log}); got != c.want {
 			t.Errorf("%s: %v", c.name, got)
 		}
+	}
+}
+
+// failingDispatcher stands in for a queue that is down when operations
+// are submitted.
+type failingDispatcher struct{}
+
+func (failingDispatcher) Dispatch(context.Context, string) error { return errors.New("queue down") }
+
+// An operation whose dispatch failed is found by the reconciler (through
+// DispatchCandidates) and carried out.
+func TestReconcilerPublishesUndispatched(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	down, err := New(Config{Store: s.store, Dispatcher: failingDispatcher{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := down.Submit(context.Background(), "tester", schema.Submission{IdempotencyKey: "lost", Action: schema.ActionComment,
+		Resource: issue(12), Payload: json.RawMessage(`{"body":"found"}`), InstallationID: 1})
+	if err != nil {
+		t.Fatalf("a failed dispatch must not fail the submission: %v", err)
+	}
+	r, err := queue.NewReconciler(s.broker, queue.ReconcilerConfig{
+		Candidates: s.exec.DispatchCandidates, MarkDispatched: s.exec.MarkDispatched,
+		MinAge: time.Nanosecond, Interval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.await(t, rec.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("status %s after reconcile %+v", got.Status, report)
 	}
 }

@@ -133,56 +133,73 @@ func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) e
 	if err != nil {
 		return nil, fmt.Errorf("executor: encode record: %w", err)
 	}
+	var from []any
+	for _, st := range schema.Statuses {
+		if schema.CanTransition(st, rec.Status) {
+			from = append(from, string(st))
+		}
+	}
+	for len(from) < 3 {
+		from = append(from, "")
+	}
+	if len(from) > 3 {
+		return nil, fmt.Errorf("executor: status table allows more than 3 sources of %s", rec.Status)
+	}
 	return func(tx *sqlite.Tx) error {
+		// One statement does the work when the save is allowed; only a
+		// refused save reads the record to say why. The body's copy of
+		// cancellationRequested may be behind the column's (a cancellation
+		// arrived meanwhile): reads merge the two, so it need not be
+		// rewritten here.
 		var (
-			status    string
-			hash      string
 			cancelled bool
 			version   int64
 		)
-		err := tx.QueryRow(`SELECT status, idempotency_hash, cancellation_requested, version FROM operations WHERE operation_id = ?`,
-			rec.OperationID).Scan(&status, &hash, &cancelled, &version)
-		if errors.Is(err, sql.ErrNoRows) {
-			return schema.Errorf(schema.CodeNotFound, "operation %s not found", rec.OperationID)
+		args := []any{string(rec.Status), rec.CancellationRequested, rec.UpdatedAt.UnixMicro(), rec.InstallationID, body,
+			rec.OperationID, rec.IdempotencyHash, from[0], from[1], from[2], cas, rec.Version}
+		err := tx.QueryRow(`UPDATE operations SET status = ?, cancellation_requested = (cancellation_requested OR ?),
+			updated_at = ?, installation_id = ?, body = ?, version = version + 1
+			WHERE operation_id = ? AND idempotency_hash = ? AND status IN (?, ?, ?) AND (NOT ? OR version = ?)
+			RETURNING cancellation_requested, version`, args...).Scan(&cancelled, &version)
+		if err == nil {
+			// The caller waits for the commit, which orders these writes
+			// before it reads rec again.
+			rec.Version = version
+			rec.CancellationRequested = rec.CancellationRequested || cancelled
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("executor: read operation: %w", err)
-		}
-		if hash != rec.IdempotencyHash {
-			return fmt.Errorf("executor: save of %s changes what the operation asks for", rec.OperationID)
-		}
-		from := schema.Status(status)
-		if from.Terminal() {
-			return &schema.Error{Code: schema.CodeAlreadyTerminal, Message: fmt.Sprintf("operation %s is already %s", rec.OperationID, from)}
-		}
-		if cas && version != rec.Version {
-			return ErrStale
-		}
-		if !schema.CanTransition(from, rec.Status) {
-			return fmt.Errorf("executor: operation %s cannot move from %s to %s", rec.OperationID, from, rec.Status)
-		}
-		b := body
-		if cancelled && !rec.CancellationRequested {
-			// A cancellation arrived after the caller read the record: keep it.
-			c := rec.Clone()
-			c.CancellationRequested = true
-			if b, err = json.Marshal(&c); err != nil {
-				return fmt.Errorf("executor: encode record: %w", err)
-			}
-		}
-		_, err = tx.Exec(`UPDATE operations SET status = ?, cancellation_requested = ?, updated_at = ?,
-			installation_id = ?, version = ?, body = ? WHERE operation_id = ?`,
-			string(rec.Status), cancelled || rec.CancellationRequested, rec.UpdatedAt.UnixMicro(),
-			rec.InstallationID, version+1, b, rec.OperationID)
-		if err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("executor: update operation: %w", err)
 		}
-		// The caller waits for the commit, which orders these writes
-		// before it reads rec again.
-		rec.Version = version + 1
-		rec.CancellationRequested = rec.CancellationRequested || cancelled
-		return nil
+		return s.refused(tx, rec, cas)
 	}, nil
+}
+
+// refused explains why a save changed nothing.
+func (s *SQLiteStore) refused(tx *sqlite.Tx, rec *schema.Record, cas bool) error {
+	var (
+		status  string
+		hash    string
+		version int64
+	)
+	err := tx.QueryRow(`SELECT status, idempotency_hash, version FROM operations WHERE operation_id = ?`,
+		rec.OperationID).Scan(&status, &hash, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return schema.Errorf(schema.CodeNotFound, "operation %s not found", rec.OperationID)
+	}
+	if err != nil {
+		return fmt.Errorf("executor: read operation: %w", err)
+	}
+	from := schema.Status(status)
+	switch {
+	case hash != rec.IdempotencyHash:
+		return fmt.Errorf("executor: save of %s changes what the operation asks for", rec.OperationID)
+	case from.Terminal():
+		return &schema.Error{Code: schema.CodeAlreadyTerminal, Message: fmt.Sprintf("operation %s is already %s", rec.OperationID, from)}
+	case cas && version != rec.Version:
+		return ErrStale
+	}
+	return fmt.Errorf("executor: operation %s cannot move from %s to %s", rec.OperationID, from, rec.Status)
 }
 
 // OlderPending reports whether the resource of rec has an operation created
@@ -343,8 +360,9 @@ func (s *SQLiteStore) MarkDispatched(ctx context.Context, ids []string, at time.
 // Undispatched implements Store.
 func (s *SQLiteStore) Undispatched(ctx context.Context, before time.Time, limit int) ([]string, error) {
 	rows, err := s.db.Query(ctx, `SELECT operation_id FROM operations
-		WHERE status IN ('queued', 'running') AND (dispatched_at IS NULL OR dispatched_at < ?)
-		ORDER BY seq LIMIT ?`, before.UnixMicro(), limit)
+		WHERE status IN ('queued', 'running')
+		  AND ((dispatched_at IS NULL AND created_at < ?) OR dispatched_at < ?)
+		ORDER BY seq LIMIT ?`, before.UnixMicro(), before.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("executor: list undispatched: %w", err)
 	}

@@ -369,6 +369,9 @@ func TestDispatchBookkeeping(t *testing.T) {
 	ctx := context.Background()
 	r1, _, _ := b.store.Create(ctx, newRecord(t, "alice", "d1", "hi"))
 	r2, _, _ := b.store.Create(ctx, newRecord(t, "alice", "d2", "hi"))
+	if ids, _ := b.store.Undispatched(ctx, r1.CreatedAt.Add(-time.Second), 10); len(ids) != 0 {
+		t.Errorf("records created after the threshold listed: %v", ids)
+	}
 	t0 := time.Now()
 	ids, err := b.store.Undispatched(ctx, t0, 10)
 	if err != nil || len(ids) != 2 {

@@ -35,7 +35,8 @@ type Store interface {
 	// at the given time (the outbox).
 	MarkDispatched(ctx context.Context, ids []string, at time.Time) error
 	// Undispatched returns up to limit operations that are queued or
-	// running and were last dispatched before the given time (or never).
+	// running and were last dispatched before the given time, or never
+	// dispatched and created before it.
 	Undispatched(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 
