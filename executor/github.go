@@ -2,6 +2,7 @@ package executor
 
 import (
 	"cmp"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/golang-jwt/jwt/v4"
 	"github.com/google/go-github/v62/github"
 )
 
@@ -46,6 +48,8 @@ type GitHubConfig struct {
 // that refusal apply to the whole installation, as GitHub intends.
 type GitHubClients struct {
 	base      *url.URL
+	appID     int64
+	key       *rsa.PrivateKey
 	apps      *ghinstallation.AppsTransport
 	transport http.RoundTripper
 	timeout   time.Duration
@@ -77,20 +81,21 @@ func NewGitHubClients(cfg GitHubConfig) (*GitHubClients, error) {
 	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.UserAgent = cmp.Or(cfg.UserAgent, "baton")
-	apps, err := ghinstallation.NewAppsTransport(cfg.Transport, cfg.AppID, cfg.PrivateKey)
+	key, err := jwt.ParseRSAPrivateKeyFromPEM(cfg.PrivateKey)
 	if err != nil {
 		return nil, fmt.Errorf("executor: GitHub App private key: %w", err)
 	}
-	apps.BaseURL = strings.TrimRight(base.String(), "/")
 	g := &GitHubClients{
 		base:      base,
-		apps:      apps,
+		appID:     cfg.AppID,
+		key:       key,
 		transport: cfg.Transport,
 		timeout:   cfg.Timeout,
 		userAgent: cfg.UserAgent,
 		clients:   make(map[int64]*github.Client),
 	}
-	g.app = g.newClient(apps)
+	g.apps = g.appsTransport()
+	g.app = g.newClient(g.apps)
 	return g, nil
 }
 
@@ -123,6 +128,12 @@ func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
 	return c
 }
 
+func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
+	t := ghinstallation.NewAppsTransportFromPrivateKey(g.transport, g.appID, g.key)
+	t.BaseURL = strings.TrimRight(g.base.String(), "/")
+	return t
+}
+
 // App returns the client authenticated as the App itself (JWT), for
 // /app routes: installations, hook deliveries.
 func (g *GitHubClients) App() *github.Client { return g.app }
@@ -137,8 +148,10 @@ func (g *GitHubClients) Installation(id int64) (*github.Client, error) {
 	if c, ok := g.clients[id]; ok {
 		return c, nil
 	}
-	itr := ghinstallation.NewFromAppsTransport(g.apps, id)
-	itr.BaseURL = g.apps.BaseURL
+	// Each installation gets an apps transport of its own: ghinstallation
+	// writes to the apps transport it was built from on every token
+	// refresh, so sharing one between installations is a data race.
+	itr := ghinstallation.NewFromAppsTransport(g.appsTransport(), id)
 	c := g.newClient(itr)
 	g.clients[id] = c
 	return c, nil
