@@ -1,0 +1,81 @@
+package app
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/baton-dev/baton/queue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// DeadLetterList is the body of GET /v1/dlq.
+type DeadLetterList struct {
+	DeadLetters []queue.DeadLetter `json:"deadLetters"`
+	// NextAfter is the sequence to pass as ?after= for the next page; 0
+	// when this page is the last.
+	NextAfter uint64 `json:"nextAfter"`
+}
+
+// errAdminOnly refuses the dead-letter routes to non-admin tokens: dead
+// letters name every actor's operations.
+var errAdminOnly = schema.Errorf(schema.CodeForbidden, "dead letters are for admin tokens only")
+
+// listDeadLetters is GET /v1/dlq[?after=SEQ&limit=N].
+func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	if !p.Admin {
+		return errAdminOnly
+	}
+	q, err := apiQuery(r, "after", "limit")
+	if err != nil {
+		return err
+	}
+	var after uint64
+	if v, ok := q["after"]; ok {
+		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return schema.Invalidf("after must be a dead letter's sequence (a non-negative integer)")
+		}
+	}
+	limit := 100
+	if v, ok := q["limit"]; ok {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 500 {
+			return schema.Invalidf("limit must be an integer between 1 and 500")
+		}
+	}
+	dls, err := a.deadLetters.DeadLetters(r.Context(), after, limit)
+	if err != nil {
+		return err
+	}
+	out := DeadLetterList{DeadLetters: dls}
+	if out.DeadLetters == nil {
+		out.DeadLetters = []queue.DeadLetter{}
+	}
+	if len(dls) == limit {
+		out.NextAfter = dls[len(dls)-1].Sequence
+	}
+	a.writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// replayDeadLetter is POST /v1/dlq/{seq}/replay.
+func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	if !p.Admin {
+		return errAdminOnly
+	}
+	if _, err := apiQuery(r); err != nil {
+		return err
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		return schema.Invalidf("seq must be a dead letter's sequence (a positive integer)")
+	}
+	dl, err := a.deadLetters.ReplayDeadLetter(r.Context(), seq)
+	if err != nil {
+		if errors.Is(err, queue.ErrDeadLetterNotFound) {
+			return schema.Errorf(schema.CodeNotFound, "no dead letter at sequence %d", seq)
+		}
+		return err
+	}
+	a.writeJSON(w, http.StatusOK, dl)
+	return nil
+}

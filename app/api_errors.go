@@ -1,0 +1,266 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// apiStatus is the one table from error codes to HTTP statuses. A code
+// that is not here is answered as internal.
+var apiStatus = map[schema.Code]int{
+	schema.CodeInvalidRequest:      http.StatusBadRequest,
+	schema.CodeUnauthorized:        http.StatusUnauthorized,
+	schema.CodeForbidden:           http.StatusForbidden,
+	schema.CodeNotFound:            http.StatusNotFound,
+	schema.CodeIdempotencyConflict: http.StatusUnprocessableEntity,
+	schema.CodeAlreadyTerminal:     http.StatusConflict,
+	schema.CodeLeaseHeld:           http.StatusConflict,
+	schema.CodeLeaseLost:           http.StatusConflict,
+	schema.CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	schema.CodeInternal:            http.StatusInternalServerError,
+}
+
+// APIErrorBody is the body of every error the API answers.
+type APIErrorBody struct {
+	Error APIError `json:"error"`
+}
+
+// APIError is the error object of an error body.
+type APIError struct {
+	Code    schema.Code    `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// apiStatusError answers err's code with a status other than the table's:
+// only 405 (method not allowed, code invalid_request) does.
+type apiStatusError struct {
+	status int
+	err    error
+}
+
+func (e *apiStatusError) Error() string { return e.err.Error() }
+func (e *apiStatusError) Unwrap() error { return e.err }
+
+// WriteAPIError writes err the way the API does: its code's status and the
+// error body; an error without a code is logged and answered as internal.
+// For handlers mounted with Handle or HandleAuthenticated.
+func (a *API) WriteAPIError(w http.ResponseWriter, r *http.Request, err error) {
+	a.writeError(w, r, err)
+}
+
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = a.tooLarge()
+	}
+	code := schema.ErrorCode(err)
+	status, ok := apiStatus[code]
+	if !ok {
+		code, status = schema.CodeInternal, http.StatusInternalServerError
+	}
+	var se *apiStatusError
+	if errors.As(err, &se) {
+		status = se.status
+	}
+	if code == schema.CodeInternal {
+		a.log.Error("internal error", zap.String("event", "api_internal_error"),
+			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
+		a.writeErrorBody(w, status, code, "internal error", nil)
+		return
+	}
+	if code == schema.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
+	}
+	a.writeErrorBody(w, status, code, schema.PublicMessage(err), schema.ErrorDetails(err))
+}
+
+func (a *API) writeErrorBody(w http.ResponseWriter, status int, code schema.Code, msg string, details map[string]any) {
+	body, err := json.Marshal(APIErrorBody{APIError{Code: code, Message: msg, Details: details}})
+	if err != nil {
+		body = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+		status = http.StatusInternalServerError
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// decodeAPIBody decodes a JSON object from the request body into dst,
+// strictly: the body must be one JSON object with no unknown fields, the
+// right types, and nothing after it.
+func decodeAPIBody(r *http.Request, dst any) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return schema.Invalidf("request body must be a JSON object")
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return apiDecodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return schema.Invalidf("request body must hold one JSON object and nothing after it")
+	}
+	return nil
+}
+
+// apiDecodeError turns a decoding error into an invalid_request naming
+// what is wrong (or passes a body-size error through).
+func apiDecodeError(err error) error {
+	var (
+		mbe *http.MaxBytesError
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.Is(err, io.EOF):
+		return schema.Invalidf("request body must be a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return schema.Invalidf("request body is not valid JSON: unexpected end")
+	case errors.As(err, &syn):
+		return schema.Invalidf("request body is not valid JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return schema.Invalidf("request body must be a JSON object, not %s", typ.Value)
+		}
+		return schema.Invalidf("field %s must be %s, not %s", typ.Field, apiJSONKind(typ.Type), typ.Value)
+	}
+	// The remaining decoder errors are about the input (unknown fields,
+	// invalid UTF-8 in names…); encoding/json gives them no type.
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return schema.Invalidf("request body: %s", msg)
+}
+
+// apiJSONKind names the JSON type a Go type decodes from.
+func apiJSONKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return apiJSONKind(t.Elem())
+	}
+	return "of another type"
+}
+
+// apiStatusRecorder remembers the status a handler wrote, for metrics.
+type apiStatusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *apiStatusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *apiStatusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *apiStatusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes flushes on (promhttp and long answers use them).
+func (s *apiStatusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// apiMetrics are the API's Prometheus metrics.
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	duration map[string]prometheus.Observer
+	// byRoute caches the request counters of each route and status class.
+	byRoute map[string]*[6]prometheus.Counter
+}
+
+func newAPIMetrics(reg prometheus.Registerer, routes []string) (*apiMetrics, error) {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_api_requests_total",
+		Help: "API requests answered, by route and status class (2xx, 4xx…).",
+	}, []string{"route", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "baton_api_request_duration_seconds",
+		Help:    "Time to answer API requests, by route.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10, 60},
+	}, []string{"route"})
+	if reg != nil {
+		for _, c := range []prometheus.Collector{requests, duration} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("app: register API metrics: %w", err)
+			}
+		}
+	}
+	m := &apiMetrics{requests: requests, duration: map[string]prometheus.Observer{}, byRoute: map[string]*[6]prometheus.Counter{}}
+	for _, r := range routes {
+		m.duration[r] = duration.WithLabelValues(r)
+		var cs [6]prometheus.Counter
+		for class := 1; class <= 5; class++ {
+			cs[class] = requests.WithLabelValues(r, strconv.Itoa(class)+"xx")
+		}
+		m.byRoute[r] = &cs
+	}
+	return m, nil
+}
+
+// instrument counts and times the requests of one route.
+func (a *API) instrument(route string, h http.Handler) http.Handler {
+	obs := a.metrics.duration[route]
+	counters := a.metrics.byRoute[route]
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &apiStatusRecorder{ResponseWriter: w}
+		defer func() {
+			class := rec.status / 100
+			if class < 1 || class > 5 {
+				class = 2
+			}
+			counters[class].Inc()
+			obs.Observe(time.Since(start).Seconds())
+		}()
+		h.ServeHTTP(rec, r)
+	})
+}

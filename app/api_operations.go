@@ -1,0 +1,295 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/schema"
+)
+
+// OperationList is the body of GET /v1/operations.
+type OperationList struct {
+	Operations []schema.View `json:"operations"`
+	// NextCursor continues the list; "" on the last page.
+	NextCursor string `json:"nextCursor"`
+}
+
+// errOperationNotFound is the answer for a missing operation and for
+// another actor's: the two must look the same.
+var errOperationNotFound = schema.Errorf(schema.CodeNotFound, "operation not found")
+
+// submitOperation is POST /v1/operations.
+func (a *API) submitOperation(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	if _, err := apiQuery(r); err != nil {
+		return err
+	}
+	var s schema.Submission
+	if err := decodeAPIBody(r, &s); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	target, err := schema.ParseResource(s.Resource)
+	if err != nil {
+		return err
+	}
+	inst, err := a.installationFor(r.Context(), p, target)
+	if err != nil {
+		return err
+	}
+	if s.InstallationID != 0 && s.InstallationID != inst {
+		return schema.Invalidf("installationId %d does not cover %s", s.InstallationID, target.FullName())
+	}
+	s.InstallationID = inst
+	rec, created, err := a.ops.Submit(r.Context(), p.Actor, s)
+	if err != nil {
+		return err
+	}
+	view, err := rec.View()
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", "/v1/operations/"+rec.OperationID)
+	a.writeJSON(w, status, view)
+	return nil
+}
+
+// installationFor returns the installation of the target's repository if
+// the principal may act on it: not installed, suspended or outside the
+// token's installations is forbidden.
+func (a *API) installationFor(ctx context.Context, p *Principal, t schema.Target) (int64, error) {
+	id, err := a.installations.InstallationOf(ctx, t.Owner, t.Repo)
+	if err != nil {
+		return 0, err
+	}
+	if !p.MayActOn(id) {
+		return 0, schema.Errorf(schema.CodeForbidden, "this API token may not act on %s", t.FullName())
+	}
+	return id, nil
+}
+
+// getOperation is GET /v1/operations/{id}[?wait=DURATION].
+func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	q, err := apiQuery(r, "wait")
+	if err != nil {
+		return err
+	}
+	var wait time.Duration
+	if v, ok := q["wait"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return schema.Invalidf("wait must be a duration such as 30s (at most %s)", a.maxWait)
+		}
+		wait = min(d, a.maxWait)
+	}
+	rec, err := a.visibleOperation(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if wait > 0 && !rec.Terminal() {
+		var done bool
+		rec, done, err = a.waitTerminal(r.Context(), rec, wait)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil // the client went away
+		}
+	}
+	view, err := rec.View()
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, http.StatusOK, view)
+	return nil
+}
+
+// waitTerminal reads the operation again every poll interval until it is
+// terminal or wait has passed. gone is true when the request's context
+// ended first.
+func (a *API) waitTerminal(ctx context.Context, rec schema.Record, wait time.Duration) (_ schema.Record, gone bool, _ error) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(a.pollEvery)
+	defer tick.Stop()
+	for !rec.Terminal() {
+		select {
+		case <-ctx.Done():
+			return rec, true, nil
+		case <-deadline.C:
+			return rec, false, nil
+		case <-a.closing:
+			return rec, false, nil
+		case <-tick.C:
+			next, err := a.ops.Get(ctx, rec.OperationID)
+			if err != nil {
+				if ctx.Err() != nil {
+					return rec, true, nil
+				}
+				return rec, false, err
+			}
+			rec = next
+		}
+	}
+	return rec, false, nil
+}
+
+// visibleOperation returns the operation if the principal may see it;
+// otherwise, and when there is no such operation, not_found.
+func (a *API) visibleOperation(ctx context.Context, p *Principal, id string) (schema.Record, error) {
+	if !validOperationID(id) {
+		return schema.Record{}, errOperationNotFound
+	}
+	rec, err := a.ops.Get(ctx, id)
+	if err != nil {
+		if schema.ErrorCode(err) == schema.CodeNotFound {
+			return schema.Record{}, errOperationNotFound
+		}
+		return schema.Record{}, err
+	}
+	if !p.Admin && rec.Actor != p.Actor {
+		return schema.Record{}, errOperationNotFound
+	}
+	return rec, nil
+}
+
+// validOperationID reports whether id can be an operation ID: 64
+// lower-case hex characters.
+func validOperationID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// cancelOperation is POST /v1/operations/{id}/cancel.
+func (a *API) cancelOperation(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	if _, err := apiQuery(r); err != nil {
+		return err
+	}
+	rec, err := a.visibleOperation(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	rec, err = a.ops.Cancel(r.Context(), rec.OperationID)
+	if err != nil {
+		return err
+	}
+	view, err := rec.View()
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, http.StatusOK, view)
+	return nil
+}
+
+// listOperations is GET /v1/operations.
+func (a *API) listOperations(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	q, err := apiQuery(r, "status", "action", "resourceType", "resourceId", "actor", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	f := executor.ListFilter{
+		Status:       schema.Status(q["status"]),
+		Action:       q["action"],
+		ResourceType: q["resourceType"],
+		ResourceID:   q["resourceId"],
+		Actor:        q["actor"],
+		Cursor:       q["cursor"],
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return schema.Invalidf("status must be one of queued, running, succeeded, failed, cancelled")
+	}
+	if _, ok := schema.Actions[f.Action]; f.Action != "" && !ok {
+		return schema.Invalidf("action is not one of the registered actions")
+	}
+	switch f.ResourceType {
+	case "", schema.ResourcePullRequest, schema.ResourceIssue, schema.ResourceRef, schema.ResourceCommit:
+	default:
+		return schema.Invalidf("resourceType must be one of pull_request, issue, ref, commit")
+	}
+	if len(f.ResourceID) > 512 || len(f.Cursor) > 128 {
+		return schema.Invalidf("resourceId or cursor is too long")
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return schema.Invalidf("limit must be an integer between 1 and 500")
+		}
+		f.Limit = n
+	}
+	if !p.Admin {
+		if f.Actor != "" && f.Actor != p.Actor {
+			return schema.Errorf(schema.CodeForbidden, "only admin tokens list other actors' operations")
+		}
+		f.Actor = p.Actor
+	}
+	recs, next, err := a.ops.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := OperationList{Operations: make([]schema.View, 0, len(recs)), NextCursor: next}
+	for i := range recs {
+		v, err := recs[i].View()
+		if err != nil {
+			return err
+		}
+		out.Operations = append(out.Operations, v)
+	}
+	a.writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// apiQuery parses the query string of a request strictly: only the named
+// parameters, each at most once. It returns them by name.
+func apiQuery(r *http.Request, allowed ...string) (map[string]string, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, schema.Invalidf("the query string is malformed")
+	}
+	out := make(map[string]string, len(vals))
+	for k, vs := range vals {
+		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				return nil, schema.Invalidf("this route takes no query parameters")
+			}
+			return nil, schema.Invalidf("unknown query parameter %q", apiTruncate(k, 40))
+		}
+		if len(vs) != 1 {
+			return nil, schema.Invalidf("query parameter %s is given more than once", k)
+		}
+		out[k] = vs[0]
+	}
+	return out, nil
+}
+
+// apiTruncate shortens s to at most n bytes for error messages, keeping
+// whole UTF-8 characters.
+func apiTruncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,477 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// Error codes of the API (see Error.Code).
+const (
+	CodeInvalidRequest      = "invalid_request"
+	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
+	CodeNotFound            = "not_found"
+	CodeIdempotencyConflict = "idempotency_conflict"
+	CodeAlreadyTerminal     = "already_terminal"
+	CodeLeaseHeld           = "lease_held"
+	CodeLeaseLost           = "lease_lost"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeInternal            = "internal"
+)
+
+// MaxWait is the longest one status request waits on the server; Wait
+// repeats requests to wait longer.
+const MaxWait = 60 * time.Second
+
+// maxResponseBytes bounds what the client reads of an answer.
+const maxResponseBytes = 64 << 20
+
+type (
+	// Operation is the status view of an operation.
+	Operation = schema.View
+	// SubmitRequest is what Submit sends.
+	SubmitRequest = schema.Submission
+	// Resource names what an operation mutates.
+	Resource = schema.Resource
+	// Attempt is one call to GitHub made for an operation.
+	Attempt = schema.Attempt
+)
+
+// OperationList is a page of operations, newest first.
+type OperationList struct {
+	Operations []Operation `json:"operations"`
+	// NextCursor continues the list (ListOptions.Cursor); "" on the last
+	// page.
+	NextCursor string `json:"nextCursor"`
+}
+
+// ListOptions filters List. Empty fields match anything.
+type ListOptions struct {
+	Status       string
+	Action       string
+	ResourceType string
+	ResourceID   string
+	// Actor filters by actor; only admin tokens may name another actor
+	// than their own.
+	Actor string
+	// Limit is the page size (1–500; the server defaults to 50).
+	Limit  int
+	Cursor string
+}
+
+// LeaseGrant is a lease acquired or renewed.
+type LeaseGrant struct {
+	Key   string `json:"key"`
+	Owner string `json:"owner"`
+	// Token is the fencing token: renew and release need it.
+	Token     int64     `json:"token"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// LeaseState is who holds a lease, if anyone.
+type LeaseState struct {
+	Key    string `json:"key"`
+	Locked bool   `json:"locked"`
+	// Owner is the holder: ACTOR/OWNER for a lease taken over the API,
+	// an operation ID for an operation's.
+	Owner            string  `json:"owner,omitempty"`
+	Token            int64   `json:"token,omitempty"`
+	ExpiresInSeconds float64 `json:"expiresIn,omitempty"`
+}
+
+// ExpiresIn is how long the lease has left unless renewed.
+func (s LeaseState) ExpiresIn() time.Duration {
+	return time.Duration(s.ExpiresInSeconds * float64(time.Second))
+}
+
+// DeadLetter is an operation the queue gave up delivering.
+type DeadLetter struct {
+	Sequence    uint64    `json:"sequence"`
+	OperationID string    `json:"operationId"`
+	Reason      string    `json:"reason"`
+	Failures    int       `json:"failures"`
+	Time        time.Time `json:"time"`
+}
+
+// DeadLetterList is a page of dead letters, oldest first.
+type DeadLetterList struct {
+	DeadLetters []DeadLetter `json:"deadLetters"`
+	// NextAfter continues the list; 0 on the last page.
+	NextAfter uint64 `json:"nextAfter"`
+}
+
+// Readiness is the answer of /readyz.
+type Readiness struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// Error is an answer of the API other than 2xx.
+type Error struct {
+	// Status is the HTTP status.
+	Status int
+	// Code is the API's error code (Code* constants); empty when the
+	// answer was not an API error body (a proxy's page, say).
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (e *Error) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
+	}
+	return e.Message
+}
+
+// ErrorCode returns the API's error code, so that schema.ErrorCode reads it.
+func (e *Error) ErrorCode() string { return e.Code }
+
+// ErrorDetails returns the error's details.
+func (e *Error) ErrorDetails() map[string]any { return e.Details }
+
+// CodeOf returns the API error code of err, or "" if err is not an *Error.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Client talks to one baton server. It is safe for concurrent use.
+type Client struct {
+	base      string
+	token     string
+	hc        *http.Client
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithToken authenticates requests with an API token.
+func WithToken(token string) Option {
+	return func(c *Client) error {
+		if strings.ContainsAny(token, "\r\n") {
+			return errors.New("client: the token holds a line break")
+		}
+		c.token = strings.TrimSpace(token)
+		return nil
+	}
+}
+
+// WithHTTPClient sends requests through hc instead of a client with a 90 s
+// timeout.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) error {
+		if hc == nil {
+			return errors.New("client: WithHTTPClient(nil)")
+		}
+		c.hc = hc
+		return nil
+	}
+}
+
+// WithUserAgent sets the User-Agent of requests.
+func WithUserAgent(ua string) Option {
+	return func(c *Client) error {
+		c.userAgent = ua
+		return nil
+	}
+}
+
+// New returns a client of the server at baseURL (for example
+// http://127.0.0.1:8080).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: server URL %q must look like http://host:port", baseURL)
+	}
+	c := &Client{
+		base:      strings.TrimRight(u.String(), "/"),
+		hc:        &http.Client{Timeout: MaxWait + 30*time.Second},
+		userAgent: "baton-client",
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// BaseURL returns the server's URL.
+func (c *Client) BaseURL() string { return c.base }
+
+// Submit submits an operation. created is false when the key named an
+// existing operation with the same input (HTTP 200 rather than 201).
+func (c *Client) Submit(ctx context.Context, req SubmitRequest) (op Operation, created bool, err error) {
+	status, err := c.do(ctx, http.MethodPost, "/v1/operations", nil, req, &op)
+	return op, status == http.StatusCreated, err
+}
+
+// Get returns an operation's status.
+func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
+	var op Operation
+	_, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), nil, nil, &op)
+	return op, err
+}
+
+// Wait returns the operation once it is terminal, or as it stands after
+// d (d <= 0: no limit but ctx). Each request waits at most MaxWait on the
+// server.
+func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
+	var deadline time.Time
+	if d > 0 {
+		deadline = time.Now().Add(d)
+	}
+	for {
+		step := MaxWait
+		if !deadline.IsZero() {
+			step = min(step, time.Until(deadline))
+		}
+		step = step.Round(time.Millisecond)
+		if step <= 0 {
+			return c.Get(ctx, id)
+		}
+		var op Operation
+		q := url.Values{"wait": {step.String()}}
+		if _, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
+			return op, err
+		}
+		if op.Status.Terminal() || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+			return op, nil
+		}
+	}
+}
+
+// List returns a page of operations, newest first.
+func (c *Client) List(ctx context.Context, o ListOptions) (OperationList, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("status", o.Status)
+	set("action", o.Action)
+	set("resourceType", o.ResourceType)
+	set("resourceId", o.ResourceID)
+	set("actor", o.Actor)
+	set("cursor", o.Cursor)
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var out OperationList
+	_, err := c.do(ctx, http.MethodGet, "/v1/operations", q, nil, &out)
+	return out, err
+}
+
+// Cancel cancels a queued operation, or asks a running one to stop between
+// attempts. A terminal operation is an *Error with code already_terminal.
+func (c *Client) Cancel(ctx context.Context, id string) (Operation, error) {
+	var op Operation
+	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/cancel", nil, nil, &op)
+	return op, err
+}
+
+// LeasePath is the path of a lease key: the key percent-encoded as one
+// segment (issue:octo/app#42 → /v1/leases/issue%3Aocto%2Fapp%2342).
+func LeasePath(key string) string {
+	return "/v1/leases/" + strings.ReplaceAll(url.PathEscape(key), ":", "%3A")
+}
+
+type leaseBody struct {
+	Owner      string `json:"owner"`
+	Token      int64  `json:"token,omitempty"`
+	TTLSeconds int64  `json:"ttlSeconds,omitempty"`
+}
+
+// ttlSeconds rounds a TTL up to whole seconds; 0 lets the server choose.
+func ttlSeconds(ttl time.Duration) int64 {
+	if ttl <= 0 {
+		return 0
+	}
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// AcquireLease takes the lease on key for owner. Another holder's live
+// lease is an *Error with code lease_held (Details "owner", "expiresIn").
+// ttl 0 lets the server choose (60 s).
+func (c *Client) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (LeaseGrant, error) {
+	var g LeaseGrant
+	_, err := c.do(ctx, http.MethodPost, LeasePath(key)+"/acquire", nil, leaseBody{Owner: owner, TTLSeconds: ttlSeconds(ttl)}, &g)
+	return g, err
+}
+
+// RenewLease extends a lease the owner holds with token; otherwise it is an
+// *Error with code lease_lost.
+func (c *Client) RenewLease(ctx context.Context, key, owner string, token int64, ttl time.Duration) (LeaseGrant, error) {
+	var g LeaseGrant
+	_, err := c.do(ctx, http.MethodPost, LeasePath(key)+"/renew", nil,
+		leaseBody{Owner: owner, Token: token, TTLSeconds: ttlSeconds(ttl)}, &g)
+	return g, err
+}
+
+// ReleaseLease releases a lease the owner holds with token; otherwise it
+// is an *Error with code lease_lost.
+func (c *Client) ReleaseLease(ctx context.Context, key, owner string, token int64) error {
+	_, err := c.do(ctx, http.MethodPost, LeasePath(key)+"/release", nil, leaseBody{Owner: owner, Token: token}, nil)
+	return err
+}
+
+// CheckLease tells who holds the lease on key.
+func (c *Client) CheckLease(ctx context.Context, key string) (LeaseState, error) {
+	var s LeaseState
+	_, err := c.do(ctx, http.MethodGet, LeasePath(key), nil, nil, &s)
+	return s, err
+}
+
+// DeadLetters lists dead letters with a sequence above after, oldest
+// first (limit 0: the server's default, 100). Admin tokens only.
+func (c *Client) DeadLetters(ctx context.Context, after uint64, limit int) (DeadLetterList, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatUint(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out DeadLetterList
+	_, err := c.do(ctx, http.MethodGet, "/v1/dlq", q, nil, &out)
+	return out, err
+}
+
+// ReplayDeadLetter puts the operation of the dead letter at seq back into
+// the queue. Admin tokens only.
+func (c *Client) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	var dl DeadLetter
+	_, err := c.do(ctx, http.MethodPost, "/v1/dlq/"+strconv.FormatUint(seq, 10)+"/replay", nil, nil, &dl)
+	return dl, err
+}
+
+// Health returns nil if the server is alive.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+	return err
+}
+
+// Ready returns the server's readiness; an unready server is an *Error
+// (HTTP 503) besides the checks.
+func (c *Client) Ready(ctx context.Context) (Readiness, error) {
+	var r Readiness
+	req, err := c.newRequest(ctx, http.MethodGet, "/readyz", nil, nil)
+	if err != nil {
+		return r, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, &Error{Status: resp.StatusCode, Message: "readiness answer is not JSON"}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return r, &Error{Status: resp.StatusCode, Message: "not ready"}
+	}
+	return r, nil
+}
+
+// OpenAPI returns the server's OpenAPI description.
+func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
+	var doc json.RawMessage
+	_, err := c.do(ctx, http.MethodGet, "/v1/openapi.json", nil, nil, &doc)
+	return doc, err
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, in any) (*http.Request, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("client: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// do sends one request and decodes a 2xx answer into out (unless nil).
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	req, err := c.newRequest(ctx, method, path, q, in)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, decodeError(resp, body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("client: decode answer of %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func decodeError(resp *http.Response, body []byte) error {
+	var eb struct {
+		Error struct {
+			Code    string         `json:"code"`
+			Message string         `json:"message"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &eb); err == nil && eb.Error.Code != "" {
+		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Details: eb.Error.Details}
+	}
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	return &Error{Status: resp.StatusCode, Message: msg}
+}

@@ -1,0 +1,30 @@
+package app
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"sync"
+)
+
+// openAPIJSON is the OpenAPI 3 description of the API, served at
+// GET /v1/openapi.json. Tests check that every route is described and that
+// real requests and answers validate against it.
+//
+//go:embed openapi.json
+var openAPIJSON []byte
+
+var openAPIOnce = sync.OnceValues(func() ([]byte, error) {
+	var v map[string]any
+	if err := json.Unmarshal(openAPIJSON, &v); err != nil {
+		return nil, errors.New("app: the embedded openapi.json is not JSON: " + err.Error())
+	}
+	return openAPIJSON, nil
+})
+
+// openAPIDocument returns the API's OpenAPI description.
+func openAPIDocument() ([]byte, error) { return openAPIOnce() }
+
+// OpenAPIDocument returns the OpenAPI 3 description of the API, as
+// GET /v1/openapi.json serves it.
+func OpenAPIDocument() []byte { return openAPIJSON }

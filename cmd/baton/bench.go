@@ -1,0 +1,439 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/app/client"
+)
+
+func init() { register(newBenchCmd) }
+
+type benchOptions struct {
+	clients     int
+	ops         int
+	duration    time.Duration
+	action      string
+	resources   []string
+	payload     string
+	waitTimeout time.Duration
+	noWait      bool
+	*clientOptions
+}
+
+func newBenchCmd() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench [--clients 32] [--ops N | --duration D] [--action A --resources KEYS --payload JSON]",
+		Short: "Measure a running server: submit throughput, end-to-end operations/s, latencies",
+		Long: `Bench drives a running server over HTTP the way clients do. --clients
+concurrent clients submit operations (each with a fresh idempotency key) until
+--ops operations are submitted or --duration has passed; then bench waits
+until every accepted operation is terminal. It prints:
+
+  submit    accepted operations per second while submitting, and the
+            p50/p99/max latency of one submit request (HTTP round trip:
+            authentication, validation, the durable write and the queue);
+  end to end operations per second from the first submit to the last
+            completion (the server's createdAt and completedAt), and the
+            p50/p99 of completedAt − createdAt of each operation;
+  outcomes  how many succeeded, failed or were cancelled, and submit errors.
+
+By default it comments on issues #10, #11 and #12 of octo/demo, which
+` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin)
+and --action/--payload another action. Give the token of an actor that may
+act on those repositories. A progress bar is drawn on stderr when it is a
+terminal, plain progress lines otherwise.`,
+		Example: `  baton bench --clients 32 --ops 20000
+  baton bench --duration 30s --json
+  baton bench --action github.issues.add_labels --payload '{"labels":["bench"]}' \
+    --resources issue:octo/demo#10,issue:octo/demo#11`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.clients, "clients", 32, "concurrent clients")
+	f.IntVar(&o.ops, "ops", 10000, "operations to submit (unless --duration)")
+	f.DurationVar(&o.duration, "duration", 0, "submit for this long instead of --ops operations")
+	f.StringVar(&o.action, "action", "github.issues.comment", "action of the operations")
+	f.StringSliceVar(&o.resources, "resources", []string{"issue:octo/demo#10", "issue:octo/demo#11", "issue:octo/demo#12"},
+		"resource keys to act on, round robin")
+	f.StringVar(&o.payload, "payload", "", `payload of every operation (default {"body": "baton bench RUN #N"})`)
+	f.DurationVar(&o.waitTimeout, "wait-timeout", 10*time.Minute, "how long to wait for the operations to finish")
+	f.BoolVar(&o.noWait, "no-wait", false, "measure submitting only; do not wait for the operations")
+	o.clientOptions = addClientFlags(cmd)
+	return cmd
+}
+
+// BenchReport is what bench measured; --json prints it.
+type BenchReport struct {
+	Server    string `json:"server"`
+	Clients   int    `json:"clients"`
+	Action    string `json:"action"`
+	Resources int    `json:"resources"`
+
+	Submitted      int            `json:"submitted"`
+	SubmitErrors   map[string]int `json:"submitErrors"`
+	SubmitSeconds  float64        `json:"submitSeconds"`
+	SubmitPerSec   float64        `json:"submitsPerSecond"`
+	SubmitP50Ms    float64        `json:"submitP50Ms"`
+	SubmitP99Ms    float64        `json:"submitP99Ms"`
+	SubmitMaxMs    float64        `json:"submitMaxMs"`
+	Waited         bool           `json:"waited"`
+	Terminal       int            `json:"terminal"`
+	Outcomes       map[string]int `json:"outcomes"`
+	EndToEndPerSec float64        `json:"endToEndPerSecond"`
+	EndToEndP50Ms  float64        `json:"endToEndP50Ms"`
+	EndToEndP99Ms  float64        `json:"endToEndP99Ms"`
+	Unfinished     int            `json:"unfinished"`
+}
+
+func runBench(ctx context.Context, o *benchOptions, stdout, stderr io.Writer) error {
+	switch {
+	case o.clients < 1 || o.clients > 4096:
+		return cliUsage(errors.New("--clients must be between 1 and 4096"))
+	case o.duration == 0 && o.ops < 1:
+		return cliUsage(errors.New("--ops must be positive"))
+	case o.duration < 0:
+		return cliUsage(errors.New("--duration must be positive"))
+	case len(o.resources) == 0:
+		return cliUsage(errors.New("--resources needs at least one resource key"))
+	}
+	resources := make([]client.Resource, len(o.resources))
+	for i, k := range o.resources {
+		typ, id, ok := strings.Cut(k, ":")
+		if !ok || typ == "" || id == "" {
+			return cliUsage(fmt.Errorf("--resources: %q is not a resource key TYPE:ID", k))
+		}
+		resources[i] = client.Resource{Type: typ, ID: id}
+	}
+	var fixedPayload json.RawMessage
+	if o.payload != "" {
+		p, err := cliReadPayload(o.payload, nil)
+		if err != nil {
+			return cliUsage(err)
+		}
+		fixedPayload = p
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = o.clients * 2
+	tr.MaxIdleConnsPerHost = o.clients * 2
+	defer tr.CloseIdleConnections()
+	c, err := o.client(client.WithHTTPClient(&http.Client{Transport: tr, Timeout: client.MaxWait + 30*time.Second}))
+	if err != nil {
+		return err
+	}
+	var runID [6]byte
+	_, _ = rand.Read(runID[:])
+	run := hex.EncodeToString(runID[:])
+
+	// Phase 1: submit.
+	var (
+		next      atomic.Int64
+		mu        sync.Mutex
+		lat       []time.Duration
+		ids       []string
+		errCounts = map[string]int{}
+		done      atomic.Int64
+	)
+	var deadline time.Time
+	if o.duration > 0 {
+		deadline = time.Now().Add(o.duration)
+	}
+	prog := newBenchProgress(stderr, "submitting", o.ops, o.duration)
+	prog.start(func() int64 { return done.Load() })
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range o.clients {
+		wg.Go(func() {
+			var myLat []time.Duration
+			var myIDs []string
+			myErrs := map[string]int{}
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if deadline.IsZero() && n > int64(o.ops) || !deadline.IsZero() && time.Now().After(deadline) {
+					break
+				}
+				payload := fixedPayload
+				if payload == nil {
+					payload, _ = json.Marshal(map[string]string{"body": fmt.Sprintf("baton bench %s #%d", run, n)})
+				}
+				req := client.SubmitRequest{
+					IdempotencyKey: fmt.Sprintf("bench-%s-%d", run, n),
+					Action:         o.action,
+					Resource:       resources[int(n-1)%len(resources)],
+					Payload:        payload,
+				}
+				t0 := time.Now()
+				op, _, err := c.Submit(ctx, req)
+				if err != nil {
+					code := client.CodeOf(err)
+					if code == "" {
+						code = "transport"
+					}
+					if myErrs[code] == 0 {
+						prog.note(fmt.Sprintf("submit failed: %v", cliAPIError(err)))
+					}
+					myErrs[code]++
+					continue
+				}
+				myLat = append(myLat, time.Since(t0))
+				myIDs = append(myIDs, op.OperationID)
+				done.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, myLat...)
+			ids = append(ids, myIDs...)
+			for k, v := range myErrs {
+				errCounts[k] += v
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	submitTime := time.Since(start)
+	prog.stop()
+
+	rep := BenchReport{
+		Server: c.BaseURL(), Clients: o.clients, Action: o.action, Resources: len(resources),
+		Submitted: len(ids), SubmitErrors: errCounts, SubmitSeconds: submitTime.Seconds(), Outcomes: map[string]int{},
+	}
+	if submitTime > 0 {
+		rep.SubmitPerSec = float64(len(ids)) / submitTime.Seconds()
+	}
+	slices.Sort(lat)
+	rep.SubmitP50Ms, rep.SubmitP99Ms = benchPercentile(lat, 0.50), benchPercentile(lat, 0.99)
+	if len(lat) > 0 {
+		rep.SubmitMaxMs = benchMs(lat[len(lat)-1])
+	}
+
+	// Phase 2: wait until every accepted operation is terminal.
+	if !o.noWait && len(ids) > 0 && ctx.Err() == nil {
+		rep.Waited = true
+		wctx, cancel := context.WithTimeout(ctx, o.waitTimeout)
+		defer cancel()
+		var (
+			idx        atomic.Int64
+			finished   atomic.Int64
+			e2e        []time.Duration
+			first      time.Time
+			last       time.Time
+			unfinished int
+		)
+		prog := newBenchProgress(stderr, "waiting", len(ids), 0)
+		prog.start(func() int64 { return finished.Load() })
+		for range o.clients {
+			wg.Go(func() {
+				var mine []time.Duration
+				outcomes := map[string]int{}
+				var myFirst, myLast time.Time
+				notDone := 0
+				for {
+					i := idx.Add(1) - 1
+					if i >= int64(len(ids)) {
+						break
+					}
+					op, err := c.Wait(wctx, ids[i], 0)
+					if err != nil || !op.Status.Terminal() || op.CompletedAt == nil {
+						notDone++
+						continue
+					}
+					outcomes[string(op.Status)]++
+					mine = append(mine, op.CompletedAt.Sub(op.CreatedAt))
+					if myFirst.IsZero() || op.CreatedAt.Before(myFirst) {
+						myFirst = op.CreatedAt
+					}
+					if op.CompletedAt.After(myLast) {
+						myLast = *op.CompletedAt
+					}
+					finished.Add(1)
+				}
+				mu.Lock()
+				e2e = append(e2e, mine...)
+				for k, v := range outcomes {
+					rep.Outcomes[k] += v
+				}
+				if !myFirst.IsZero() && (first.IsZero() || myFirst.Before(first)) {
+					first = myFirst
+				}
+				if myLast.After(last) {
+					last = myLast
+				}
+				unfinished += notDone
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		prog.stop()
+		rep.Terminal, rep.Unfinished = len(e2e), unfinished
+		slices.Sort(e2e)
+		rep.EndToEndP50Ms, rep.EndToEndP99Ms = benchPercentile(e2e, 0.50), benchPercentile(e2e, 0.99)
+		if span := last.Sub(first); span > 0 {
+			rep.EndToEndPerSec = float64(len(e2e)) / span.Seconds()
+		}
+	}
+	if o.json {
+		return cliPrintJSON(stdout, rep)
+	}
+	return printBenchReport(stdout, rep)
+}
+
+func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// benchPercentile returns the p-th percentile of sorted durations, in ms.
+func benchPercentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.5) - 1
+	return benchMs(sorted[max(0, min(i, len(sorted)-1))])
+}
+
+func printBenchReport(w io.Writer, r BenchReport) error {
+	tw := cliTable(w)
+	fmt.Fprintf(tw, "server\t%s\n", r.Server)
+	fmt.Fprintf(tw, "workload\t%s on %d resources, %d clients\n", r.Action, r.Resources, r.Clients)
+	errs := 0
+	var parts []string
+	for code, n := range r.SubmitErrors {
+		errs += n
+		parts = append(parts, fmt.Sprintf("%s %d", code, n))
+	}
+	slices.Sort(parts)
+	fmt.Fprintf(tw, "submitted\t%d in %.2fs (%d errors%s)\n", r.Submitted, r.SubmitSeconds, errs, benchList(parts))
+	fmt.Fprintf(tw, "submit throughput\t%.0f ops/s\n", r.SubmitPerSec)
+	fmt.Fprintf(tw, "submit latency\tp50 %.2f ms, p99 %.2f ms, max %.2f ms\n", r.SubmitP50Ms, r.SubmitP99Ms, r.SubmitMaxMs)
+	if r.Waited {
+		var outs []string
+		for k, n := range r.Outcomes {
+			outs = append(outs, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(outs)
+		fmt.Fprintf(tw, "terminal\t%d of %d%s\n", r.Terminal, r.Submitted, benchList(outs))
+		fmt.Fprintf(tw, "end-to-end throughput\t%.0f ops/s\n", r.EndToEndPerSec)
+		fmt.Fprintf(tw, "end-to-end latency\tp50 %.2f ms, p99 %.2f ms\n", r.EndToEndP50Ms, r.EndToEndP99Ms)
+		if r.Unfinished > 0 {
+			fmt.Fprintf(tw, "unfinished\t%d (not terminal within --wait-timeout)\n", r.Unfinished)
+		}
+	}
+	return tw.Flush()
+}
+
+func benchList(parts []string) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// benchProgress draws progress on stderr: a bar redrawn in place on a
+// terminal, a plain line every few seconds otherwise.
+type benchProgress struct {
+	w        io.Writer
+	label    string
+	total    int
+	duration time.Duration
+	tty      bool
+
+	mu    sync.Mutex
+	notes []string
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func newBenchProgress(w io.Writer, label string, total int, duration time.Duration) *benchProgress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &benchProgress{w: w, label: label, total: total, duration: duration, tty: tty,
+		quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// note prints a message once, between progress lines.
+func (p *benchProgress) note(s string) {
+	p.mu.Lock()
+	p.notes = append(p.notes, s)
+	p.mu.Unlock()
+}
+
+func (p *benchProgress) start(count func() int64) {
+	every := 2 * time.Second
+	if p.tty {
+		every = 100 * time.Millisecond
+	}
+	begin := time.Now()
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				p.draw(count(), time.Since(begin), true)
+				return
+			case <-t.C:
+				p.draw(count(), time.Since(begin), false)
+			}
+		}
+	}()
+}
+
+func (p *benchProgress) draw(n int64, elapsed time.Duration, final bool) {
+	p.mu.Lock()
+	notes := p.notes
+	p.notes = nil
+	p.mu.Unlock()
+	rate := float64(n) / max(elapsed.Seconds(), 1e-9)
+	frac := 0.0
+	switch {
+	case p.duration > 0:
+		frac = min(1, elapsed.Seconds()/p.duration.Seconds())
+	case p.total > 0:
+		frac = min(1, float64(n)/float64(p.total))
+	}
+	what := fmt.Sprintf("%d", n)
+	if p.duration == 0 {
+		what = fmt.Sprintf("%d/%d", n, p.total)
+	}
+	if p.tty {
+		for _, s := range notes {
+			fmt.Fprintf(p.w, "\r\033[K%s\n", s)
+		}
+		const width = 30
+		filled := int(frac * width)
+		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+		fmt.Fprintf(p.w, "\r\033[K%-10s %s %3.0f%% %s  %.0f/s", p.label, bar, frac*100, what, rate)
+		if final {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	for _, s := range notes {
+		fmt.Fprintln(p.w, s)
+	}
+	fmt.Fprintf(p.w, "%s: %s (%.0f%%), %.0f/s, %s\n", p.label, what, frac*100, rate, elapsed.Round(time.Second))
+}
+
+func (p *benchProgress) stop() {
+	close(p.quit)
+	<-p.done
+}

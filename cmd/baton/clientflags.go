@@ -1,0 +1,213 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/app/client"
+)
+
+// The client subcommands (submit, status, cancel, ops, dlq, lease, bench)
+// talk to a running server. They share these flags:
+//
+//	--server URL   the server (env BATON_SERVER; default http://127.0.0.1:8080)
+//	--token TOKEN  the API token (env BATON_TOKEN; prefer the environment:
+//	               a flag is visible to other users in ps)
+//	--json         print JSON instead of a table
+//
+// Exit status: 0 success, 1 an error (the API's message on stderr), 2 bad
+// usage; `lease run` adds 3 (held by another) and 4 (lease lost).
+
+const cliDefaultServer = "http://127.0.0.1:8080"
+
+// clientOptions are the flags every client subcommand takes.
+type clientOptions struct {
+	server string
+	token  string
+	json   bool
+}
+
+// addClientFlags registers --server, --token and --json on cmd.
+func addClientFlags(cmd *cobra.Command) *clientOptions {
+	o := &clientOptions{}
+	f := cmd.Flags()
+	f.StringVar(&o.server, "server", "", "baton server URL (env BATON_SERVER; default "+cliDefaultServer+")")
+	f.StringVar(&o.token, "token", "", "API token (env BATON_TOKEN, preferred: flags show in ps)")
+	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	cliUsageErrors(cmd)
+	return o
+}
+
+// client returns an API client for the flags and environment.
+func (o *clientOptions) client(extra ...client.Option) (*client.Client, error) {
+	server := cliFirst(o.server, os.Getenv("BATON_SERVER"), cliDefaultServer)
+	token := cliFirst(o.token, os.Getenv("BATON_TOKEN"))
+	opts := append([]client.Option{client.WithToken(token), client.WithUserAgent("baton-cli")}, extra...)
+	c, err := client.New(server, opts...)
+	if err != nil {
+		return nil, cliUsage(err)
+	}
+	return c, nil
+}
+
+// cliFirst returns the first non-empty string.
+func cliFirst(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// cliUsage marks err as a usage error: exit status 2.
+func cliUsage(err error) error { return &exitError{code: 2, err: err} }
+
+// cliUsageErrors makes flag errors and wrong arguments of cmd exit with 2.
+func cliUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cliUsage(err) })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return cliUsage(err)
+			}
+			return nil
+		}
+	}
+}
+
+// cliAPIError words an error of the API for the terminal: the message and
+// the code, e.g. "operation not found (not_found)".
+func cliAPIError(err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code != "" {
+		return fmt.Errorf("%s (%s)", ce.Message, ce.Code)
+	}
+	return err
+}
+
+// cliPrintJSON writes v as indented JSON.
+func cliPrintJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// cliTable returns a tabwriter for human tables.
+func cliTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// cliTime formats a time for tables: RFC 3339 in UTC, or "-".
+func cliTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// cliPrintOperation prints one operation as a table of fields, or JSON.
+func cliPrintOperation(w io.Writer, op client.Operation, asJSON bool) error {
+	if asJSON {
+		return cliPrintJSON(w, op)
+	}
+	tw := cliTable(w)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("operation", op.OperationID)
+	row("status", string(op.Status))
+	row("action", op.Action)
+	row("resource", op.ResourceKey)
+	row("actor", op.Actor)
+	row("idempotency key", op.IdempotencyKey)
+	row("correlation id", op.CorrelationID)
+	if op.InstallationID != 0 {
+		row("installation", fmt.Sprint(op.InstallationID))
+	}
+	row("attempts", fmt.Sprintf("%d of %d", op.Attempts, op.MaxAttempts))
+	row("created", cliTime(&op.CreatedAt))
+	row("updated", cliTime(&op.UpdatedAt))
+	if op.StartedAt != nil {
+		row("started", cliTime(op.StartedAt))
+	}
+	if op.CompletedAt != nil {
+		row("completed", cliTime(op.CompletedAt))
+	}
+	if op.NextAttemptAt != nil {
+		row("next attempt", cliTime(op.NextAttemptAt))
+	}
+	row("outcome", string(op.Outcome))
+	if op.CancellationRequested {
+		row("cancellation", "requested")
+	}
+	if op.LastErrorCategory != "" {
+		row("last error", op.LastErrorCategory+": "+op.LastErrorMessage)
+	}
+	if r := strings.TrimSpace(string(op.Result)); r != "" && r != "{}" {
+		row("result", r)
+	}
+	return tw.Flush()
+}
+
+// cliOptionalDuration is a flag that may be given alone (--wait) or with a
+// value (--wait=2m): alone it means "no limit".
+type cliOptionalDuration struct {
+	set bool
+	d   time.Duration
+}
+
+func (o *cliOptionalDuration) String() string {
+	if !o.set {
+		return ""
+	}
+	if o.d == 0 {
+		return "unlimited"
+	}
+	return o.d.String()
+}
+
+func (o *cliOptionalDuration) Set(s string) error {
+	o.set = true
+	if s == "" || s == "unlimited" {
+		o.d = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is not a duration such as 30s or 5m", s)
+	}
+	o.d = d
+	return nil
+}
+
+func (o *cliOptionalDuration) Type() string { return "duration" }
+
+// addWaitFlag registers --wait[=DURATION] on cmd. A duration given after a
+// space (--wait 30s) would be taken for an argument: cmd's argument check
+// then says to write --wait=30s.
+func addWaitFlag(cmd *cobra.Command, usage string) *cliOptionalDuration {
+	w := &cliOptionalDuration{}
+	f := cmd.Flags().VarPF(w, "wait", "", usage)
+	f.NoOptDefVal = "unlimited"
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			err := check(c, args)
+			if err != nil && w.set && len(args) > 0 {
+				if _, perr := time.ParseDuration(args[len(args)-1]); perr == nil {
+					return fmt.Errorf("give the duration with '=': --wait=%s", args[len(args)-1])
+				}
+			}
+			return err
+		}
+	}
+	return w
+}

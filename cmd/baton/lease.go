@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/app/client"
+)
+
+func init() { register(newLeaseCmd) }
+
+// Exit statuses of `baton lease run` besides the command's own.
+const (
+	exitLeaseHeld = 3
+	exitLeaseLost = 4
+)
+
+// leaseOptions are the flags the lease subcommands share.
+type leaseOptions struct {
+	owner      string
+	ttl        time.Duration
+	leaseToken int64
+	*clientOptions
+}
+
+// addLeaseFlags registers the flags of one lease subcommand: --owner,
+// and --ttl and --lease-token where the subcommand takes them.
+func addLeaseFlags(cmd *cobra.Command, ttl, token bool) *leaseOptions {
+	o := &leaseOptions{}
+	f := cmd.Flags()
+	f.StringVar(&o.owner, "owner", "", "who holds the lease, no '/' (env BATON_LEASE_OWNER; default USER@HOST)")
+	if ttl {
+		f.DurationVar(&o.ttl, "ttl", time.Minute, "time to live, 1s–15m")
+	}
+	if token {
+		f.Int64Var(&o.leaseToken, "lease-token", 0, "the fencing token acquire printed (env BATON_LEASE_TOKEN)")
+	}
+	o.clientOptions = addClientFlags(cmd)
+	return o
+}
+
+// resolve fills the defaults of the owner and the fencing token.
+func (o *leaseOptions) resolve(needToken bool) error {
+	o.owner = cliFirst(o.owner, os.Getenv("BATON_LEASE_OWNER"), defaultLeaseOwner())
+	if needToken && o.leaseToken == 0 {
+		if v := os.Getenv("BATON_LEASE_TOKEN"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return cliUsage(fmt.Errorf("BATON_LEASE_TOKEN=%q is not a fencing token", v))
+			}
+			o.leaseToken = n
+		}
+	}
+	if needToken && o.leaseToken <= 0 {
+		return cliUsage(errors.New("--lease-token is required: the fencing token acquire printed"))
+	}
+	if o.ttl != 0 && (o.ttl < time.Second || o.ttl > 15*time.Minute) {
+		return cliUsage(errors.New("--ttl must be between 1s and 15m"))
+	}
+	return nil
+}
+
+// defaultLeaseOwner is USER@HOST: stable across invocations, so that a
+// lease acquired by one command can be renewed and released by the next.
+func defaultLeaseOwner() string {
+	user := cliFirst(os.Getenv("USER"), os.Getenv("LOGNAME"), "user")
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	owner := strings.ReplaceAll(user+"@"+host, "/", "_")
+	if r := []rune(owner); len(r) > 80 { // the server takes at most 100
+		owner = string(r[:80])
+	}
+	return owner
+}
+
+func newLeaseCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lease",
+		Short: "Take, renew, release and check leases on resources; run a command under one",
+		Long: `A lease makes one holder the only writer of a resource. baton's operations
+take a lease on the resource they mutate; a lease taken here shares the
+same keys, so while you hold issue:octo/demo#10, operations on that issue
+wait (and the other way round).
+
+A KEY is a resource key: TYPE:ID, e.g. issue:octo/demo#10,
+pull_request:octo/demo#1, ref:octo/demo:heads/main, repo:octo/demo.
+
+The server holds your lease as ACTOR/OWNER, where ACTOR is your token's
+actor and OWNER defaults to USER@HOST; renew and release need the same
+owner and the fencing token acquire printed (--lease-token, or
+BATON_LEASE_TOKEN).`,
+		Example: `  baton lease acquire issue:octo/demo#10 --ttl 5m
+  baton lease check issue:octo/demo#10
+  baton lease renew issue:octo/demo#10 --lease-token 42 --ttl 5m
+  baton lease release issue:octo/demo#10 --lease-token 42
+  baton lease run repo:octo/demo --ttl 30s -- ./deploy.sh`,
+		Args: cobra.NoArgs,
+	}
+	cliUsageErrors(cmd)
+	cmd.AddCommand(newLeaseAcquireCmd(), newLeaseRenewCmd(), newLeaseReleaseCmd(), newLeaseCheckCmd(), newLeaseRunCmd())
+	return cmd
+}
+
+// cliPrintGrant prints an acquired or renewed lease.
+func cliPrintGrant(w io.Writer, g client.LeaseGrant, asJSON bool) error {
+	if asJSON {
+		return cliPrintJSON(w, g)
+	}
+	tw := cliTable(w)
+	fmt.Fprintf(tw, "key\t%s\nowner\t%s\nlease token\t%d\nexpires\t%s\n", g.Key, g.Owner, g.Token, cliTime(&g.ExpiresAt))
+	return tw.Flush()
+}
+
+func newLeaseAcquireCmd() *cobra.Command {
+	var o *leaseOptions
+	cmd := &cobra.Command{
+		Use:   "acquire KEY [--owner OWNER] [--ttl DURATION]",
+		Short: "Take a lease; prints the fencing token renew and release need",
+		Example: `  baton lease acquire issue:octo/demo#10
+  baton lease acquire pull_request:octo/demo#1 --owner deploy-bot --ttl 10m --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(false); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			g, err := c.AcquireLease(cmd.Context(), args[0], o.owner, o.ttl)
+			if err != nil {
+				return cliAPIError(err)
+			}
+			return cliPrintGrant(cmd.OutOrStdout(), g, o.json)
+		},
+	}
+	o = addLeaseFlags(cmd, true, false)
+	return cmd
+}
+
+func newLeaseRenewCmd() *cobra.Command {
+	var o *leaseOptions
+	cmd := &cobra.Command{
+		Use:     "renew KEY --lease-token N [--owner OWNER] [--ttl DURATION]",
+		Short:   "Extend a lease you hold (lease_lost if it is no longer yours)",
+		Example: `  baton lease renew issue:octo/demo#10 --lease-token 42 --ttl 5m`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(true); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			g, err := c.RenewLease(cmd.Context(), args[0], o.owner, o.leaseToken, o.ttl)
+			if err != nil {
+				return cliAPIError(err)
+			}
+			return cliPrintGrant(cmd.OutOrStdout(), g, o.json)
+		},
+	}
+	o = addLeaseFlags(cmd, true, true)
+	return cmd
+}
+
+func newLeaseReleaseCmd() *cobra.Command {
+	var o *leaseOptions
+	cmd := &cobra.Command{
+		Use:     "release KEY --lease-token N [--owner OWNER]",
+		Short:   "Release a lease you hold",
+		Example: `  baton lease release issue:octo/demo#10 --lease-token 42`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(true); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if err := c.ReleaseLease(cmd.Context(), args[0], o.owner, o.leaseToken); err != nil {
+				return cliAPIError(err)
+			}
+			if o.json {
+				return cliPrintJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "owner": o.owner, "released": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", args[0])
+			return nil
+		},
+	}
+	o = addLeaseFlags(cmd, false, true)
+	return cmd
+}
+
+func newLeaseCheckCmd() *cobra.Command {
+	var o *clientOptions
+	cmd := &cobra.Command{
+		Use:   "check KEY",
+		Short: "Show who holds a lease",
+		Long: `Check shows whether KEY is held, by whom (ACTOR/OWNER for a lease taken over
+the API, an operation ID for an operation's), with which fencing token and
+for how long.`,
+		Example: `  baton lease check issue:octo/demo#10`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			st, err := c.CheckLease(cmd.Context(), args[0])
+			if err != nil {
+				return cliAPIError(err)
+			}
+			if o.json {
+				return cliPrintJSON(cmd.OutOrStdout(), st)
+			}
+			tw := cliTable(cmd.OutOrStdout())
+			if !st.Locked {
+				fmt.Fprintf(tw, "key\t%s\nlocked\tno\n", st.Key)
+			} else {
+				fmt.Fprintf(tw, "key\t%s\nlocked\tyes\nowner\t%s\nlease token\t%d\nexpires in\t%s\n",
+					st.Key, st.Owner, st.Token, st.ExpiresIn().Round(time.Millisecond))
+			}
+			return tw.Flush()
+		},
+	}
+	o = addClientFlags(cmd)
+	return cmd
+}
+
+// leaseRunOptions are the flags of `lease run`.
+type leaseRunOptions struct {
+	wait      bool
+	grace     time.Duration
+	pollEvery time.Duration
+	*leaseOptions
+}
+
+func newLeaseRunCmd() *cobra.Command {
+	o := &leaseRunOptions{}
+	cmd := &cobra.Command{
+		Use:   "run KEY [--ttl DURATION] [--wait] [--owner OWNER] -- CMD [ARGS...]",
+		Short: "Run a command while holding a lease, renewing it",
+		Long: `Run takes the lease on KEY, runs CMD while holding it, renews it every TTL/3
+(each renewal scheduled after the previous one finished) and releases it
+when CMD exits.
+
+CMD finds the lease in its environment: BATON_LEASE_KEY, BATON_LEASE_OWNER
+and BATON_LEASE_TOKEN (the fencing token, for systems that check it).
+CMD runs in its own process group, so that stopping it stops everything it
+started; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton (Ctrl-C included)
+are passed on to that group. CMD is not in the terminal's foreground: it
+should not read from the terminal. If baton itself dies, CMD gets SIGTERM
+(on Linux), since nobody renews the lease any more.
+
+Exit status:
+  CMD's own    CMD ran and exited (128+N when killed by signal N)
+  3            the lease is held by another (without --wait)
+  4            the lease was lost while CMD ran (it expired, or a renewal was
+               refused): CMD got SIGTERM, and SIGKILL after --grace
+  1, 2         an error, bad usage
+
+The default owner is USER@HOST:PID, unique to this run.`,
+		Example: `  baton lease run repo:octo/demo -- ./deploy.sh production
+  baton lease run issue:octo/demo#10 --ttl 30s --wait -- sh -c 'echo "token $BATON_LEASE_TOKEN"'`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return cliUsage(errors.New("usage: baton lease run KEY [flags] -- CMD [ARGS...]"))
+			}
+			if o.owner == "" && os.Getenv("BATON_LEASE_OWNER") == "" {
+				o.owner = fmt.Sprintf("%s:%d", defaultLeaseOwner(), os.Getpid())
+			}
+			if err := o.resolve(false); err != nil {
+				return err
+			}
+			if o.grace <= 0 || o.pollEvery <= 0 {
+				return cliUsage(errors.New("--grace and --poll must be positive"))
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			code, err := runUnderLease(cmd.Context(), c, args[0], args[1:], o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil || code != 0 {
+				return &exitError{code: code, err: err}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the lease while another holds it (default: exit 3)")
+	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, SIGKILL this long later")
+	cmd.Flags().DurationVar(&o.pollEvery, "poll", 500*time.Millisecond, "with --wait, how often to try again")
+	o.leaseOptions = addLeaseFlags(cmd, true, false)
+	return cmd
+}
+
+// runUnderLease is `lease run`: it returns the process exit status and
+// an error to print (nil when CMD's own status says it all).
+func runUnderLease(ctx context.Context, c *client.Client, key string, argv []string, o *leaseRunOptions,
+	stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+
+	// Take the lease, waiting for it with --wait.
+	var g client.LeaseGrant
+	announced := false
+	for {
+		asked := time.Now()
+		var err error
+		g, err = c.AcquireLease(ctx, key, o.owner, o.ttl)
+		if err == nil {
+			g.ExpiresAt = asked.Add(o.ttl) // judged by our clock, from the moment we asked
+			break
+		}
+		if client.CodeOf(err) != client.CodeLeaseHeld {
+			return 1, cliAPIError(err)
+		}
+		if !o.wait {
+			return exitLeaseHeld, cliAPIError(err)
+		}
+		if !announced {
+			fmt.Fprintf(stderr, "baton: waiting for %s: %v\n", key, cliAPIError(err))
+			announced = true
+		}
+		t := time.NewTimer(o.pollEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 1, ctx.Err()
+		case s := <-sigs:
+			t.Stop()
+			return 128 + int(s.(syscall.Signal)), fmt.Errorf("%s while waiting for the lease", s)
+		case <-t.C:
+		}
+	}
+
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil {
+			fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
+		}
+	}
+
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = stdin, stdout, stderr
+	child.Env = append(os.Environ(),
+		"BATON_LEASE_KEY="+key,
+		"BATON_LEASE_OWNER="+o.owner,
+		"BATON_LEASE_TOKEN="+strconv.FormatInt(g.Token, 10),
+	)
+	child.SysProcAttr = leaseChildAttr()
+	if err := child.Start(); err != nil {
+		release()
+		return 1, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+
+	// Renew every TTL/3 after the previous renewal finished; the lease is
+	// lost when a renewal is refused or our deadline passes first.
+	lost := make(chan error, 1)
+	stopRenew := make(chan struct{})
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		deadline := g.ExpiresAt
+		every := o.ttl / 3
+		for {
+			t := time.NewTimer(min(every, time.Until(deadline)))
+			select {
+			case <-stopRenew:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if !time.Now().Before(deadline) {
+				lost <- fmt.Errorf("lease %s expired: no renewal succeeded in time", key)
+				return
+			}
+			asked := time.Now()
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			_, err := c.RenewLease(rctx, key, o.owner, g.Token, o.ttl)
+			cancel()
+			switch {
+			case err == nil:
+				deadline = asked.Add(o.ttl)
+				every = o.ttl / 3
+			case client.CodeOf(err) == client.CodeLeaseLost:
+				lost <- fmt.Errorf("lease %s lost: %v", key, cliAPIError(err))
+				return
+			default:
+				// Unknown: the server may be away for a moment. Try again
+				// soon, until the deadline.
+				fmt.Fprintf(stderr, "baton: renewing %s: %v\n", key, cliAPIError(err))
+				every = min(o.ttl/3, time.Second)
+			}
+		}
+	}()
+	stopRenewing := func() {
+		close(stopRenew)
+		<-renewDone
+	}
+
+	pgid := child.Process.Pid
+	for {
+		select {
+		case err := <-exited:
+			stopRenewing()
+			release()
+			return leaseChildExitCode(err)
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case cause := <-lost:
+			fmt.Fprintf(stderr, "baton: %v; stopping %s\n", cause, argv[0])
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			kill := time.NewTimer(o.grace)
+			select {
+			case <-exited:
+				kill.Stop()
+			case <-kill.C:
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-exited
+			}
+			<-renewDone
+			return exitLeaseLost, nil
+		}
+	}
+}
+
+// leaseChildExitCode turns the command's end into baton's exit status.
+func leaseChildExitCode(err error) (int, error) {
+	if err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	return 1, err
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cliLockedBuffer is an io.Writer safe to read while a process writes to it.
+type cliLockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *cliLockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *cliLockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// cliProc is a running baton binary.
+type cliProc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *cliLockedBuffer
+	done           chan struct{}
+	code           int
+}
+
+func cliStartBaton(t *testing.T, bin string, env []string, args ...string) *cliProc {
+	t.Helper()
+	p := &cliProc{cmd: exec.Command(bin, args...), stdout: &cliLockedBuffer{}, stderr: &cliLockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.Env = append(os.Environ(), env...)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			p.code = ee.ExitCode()
+		default:
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit status.
+func (p *cliProc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		t.Fatalf("baton still running after %s\nstdout: %s\nstderr: %s", within, p.stdout, p.stderr)
+		return 0
+	}
+}
+
+// cliEventually polls cond every 20 ms until it holds or within passes.
+func cliEventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// `baton lease run`, as the built binary against a server on real parts
+// whose lease coordinator runs on a fake clock.
+func TestLeaseRun(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "baton")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	env := newCLIEnv(t, cliEnvOptions{})
+	ctx := context.Background()
+	bob := env.apiClient(t, env.bob)
+	alice := env.apiClient(t, env.alice)
+	creds := []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice}
+
+	t.Run("held by another: exit 3", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#20"
+		if _, err := bob.AcquireLease(ctx, key, "job", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--", "sh", "-c", "echo ran")
+		if code := p.wait(t, 30*time.Second); code != 3 {
+			t.Errorf("exit %d, want 3; stderr: %s", code, p.stderr)
+		}
+		if strings.Contains(p.stdout.String(), "ran") || !strings.Contains(p.stderr.String(), "held by bob/job") {
+			t.Errorf("stdout %q, stderr %q", p.stdout, p.stderr)
+		}
+	})
+
+	t.Run("--wait acquires once the holder releases; the lease is exported", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#21"
+		g, err := bob.AcquireLease(ctx, key, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--wait", "--poll", "50ms", "--owner", "waiter", "--",
+			"sh", "-c", `echo "$BATON_LEASE_KEY|$BATON_LEASE_OWNER|$BATON_LEASE_TOKEN"`)
+		cliEventually(t, 30*time.Second, "baton to wait", func() bool { return strings.Contains(p.stderr.String(), "waiting for "+key) })
+		if err := bob.ReleaseLease(ctx, key, "job", g.Token); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d; stderr: %s", code, p.stderr)
+		}
+		parts := strings.Split(strings.TrimSpace(p.stdout.String()), "|")
+		if len(parts) != 3 || parts[0] != key || parts[1] != "waiter" {
+			t.Fatalf("the command saw %q", p.stdout)
+		}
+		if tok, err := strconv.ParseInt(parts[2], 10, 64); err != nil || tok <= g.Token {
+			t.Errorf("BATON_LEASE_TOKEN=%s, want a token above the holder's %d", parts[2], g.Token)
+		}
+		if st, err := alice.CheckLease(ctx, key); err != nil || st.Locked {
+			t.Errorf("after the command the lease is %+v, %v; want released", st, err)
+		}
+	})
+
+	t.Run("a lost lease stops the command: exit 4", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#22"
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--ttl", "3s", "--owner", "runner", "--",
+			"sh", "-c", `trap 'echo got-term; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+		cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+		// The lease expires on the coordinator's clock and another holder
+		// takes it; baton's next renewal (every second) is refused.
+		env.clock.Advance(10 * time.Second)
+		if _, err := bob.AcquireLease(ctx, key, "thief", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 4 {
+			t.Errorf("exit %d, want 4; stderr: %s", code, p.stderr)
+		}
+		if !strings.Contains(p.stdout.String(), "got-term") || !strings.Contains(p.stderr.String(), "lost") {
+			t.Errorf("stdout %q, stderr %q", p.stdout, p.stderr)
+		}
+		if st, _ := alice.CheckLease(ctx, key); st.Owner != "bob/thief" {
+			t.Errorf("the new holder's lease was touched: %+v", st)
+		}
+	})
+
+	t.Run("the command's exit status; the lease is released", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#23"
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--", "sh", "-c", "exit 7")
+		if code := p.wait(t, 30*time.Second); code != 7 {
+			t.Errorf("exit %d, want 7; stderr: %s", code, p.stderr)
+		}
+		if st, err := alice.CheckLease(ctx, key); err != nil || st.Locked {
+			t.Errorf("lease after the command: %+v, %v", st, err)
+		}
+	})
+
+	t.Run("signals are passed on to the command", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#24"
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--",
+			"sh", "-c", `trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done`)
+		cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "ready") })
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 42 {
+			t.Errorf("exit %d, want the command's 42; stderr: %s", code, p.stderr)
+		}
+		if st, err := alice.CheckLease(ctx, key); err != nil || st.Locked {
+			t.Errorf("lease after the command: %+v, %v", st, err)
+		}
+	})
+
+	t.Run("the lease is held in the coordinator operations use", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#25"
+		p := cliStartBaton(t, bin, creds, "lease", "run", key, "--", "sh", "-c", `echo held; sleep 30`)
+		cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "held") })
+		st, err := alice.CheckLease(ctx, key)
+		if err != nil || !st.Locked || !strings.HasPrefix(st.Owner, "alice/") {
+			t.Errorf("lease while running: %+v, %v", st, err)
+		}
+		cst, err := env.coord.Check(ctx, key)
+		if err != nil || !cst.Locked || cst.Token != st.Token {
+			t.Errorf("the coordinator operations use sees %+v, %v", cst, err)
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		p.wait(t, 30*time.Second)
+	})
+}
