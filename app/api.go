@@ -282,6 +282,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 		{"GET", "/v1/leases/{key}", "checkLease", true, a.checkLease},
 		{"GET", "/v1/dlq", "listDeadLetters", true, a.listDeadLetters},
 		{"POST", "/v1/dlq/{seq}/replay", "replayDeadLetter", true, a.replayDeadLetter},
+		{"GET", "/v1/installations", "listInstallations", true, a.listInstallations},
 	}
 	names := []string{"metrics", "unknown"}
 	for _, rt := range a.routes {

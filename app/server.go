@@ -1,0 +1,545 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/queue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// DatabaseFile is the name of baton's SQLite database in the data
+// directory. `baton token` opens the same file.
+const DatabaseFile = "baton.db"
+
+// Config configures a Server: everything `baton serve` has a flag for.
+type Config struct {
+	// DataDir holds the database, the embedded JetStream store and the App
+	// credentials. Defaults to ./baton-data.
+	DataDir string
+	// Listen is the HTTP address. Defaults to 127.0.0.1:8080.
+	Listen string
+	// PublicURL is where GitHub and browsers reach baton (the setup flow
+	// and the App's webhook URL). Defaults to http://<Listen>.
+	PublicURL string
+
+	// GitHubURL is GitHub's REST API base. Defaults to
+	// https://api.github.com/ (GitHub Enterprise Server:
+	// https://HOST/api/v3/).
+	GitHubURL string
+	// GitHubWebURL is GitHub's web address, for the setup flow. Defaults
+	// to https://github.com.
+	GitHubWebURL string
+	// AppID, PrivateKey and WebhookSecret are the GitHub App's
+	// credentials. When AppID is zero they are read from the data
+	// directory (stored by the setup flow); if there are none, baton serves
+	// the setup page and runs no operations until restarted as the App.
+	AppID         int64
+	PrivateKey    []byte
+	WebhookSecret string
+	// PreviousWebhookSecret is also accepted while rotating the secret.
+	PreviousWebhookSecret string
+	// Pacing spaces each installation's mutating requests as GitHub asks
+	// of integrators. Defaults to on; Dev turns it off.
+	Pacing *bool
+
+	// Queue configures JetStream (embedded by default). DataDir and
+	// Logger are filled in.
+	Queue queue.Config
+	// Workers is how many operations run at once. Defaults to 32.
+	Workers int
+	// AckWait is the queue's ack wait. Defaults to 60s; it must exceed
+	// LeaseTTL.
+	AckWait time.Duration
+	// LeaseTTL is the TTL of the lease an operation holds on its resource.
+	// Defaults to 30s.
+	LeaseTTL time.Duration
+	// Synchronous is SQLite's synchronous setting. Defaults to FULL.
+	Synchronous string
+	// ShutdownTimeout bounds the graceful shutdown. Defaults to 30s.
+	ShutdownTimeout time.Duration
+
+	// Dev starts a GitHub simulator in this process on a loopback port,
+	// seeded with installation 1 and octo/demo, and runs baton as its App
+	// with pacing off. Start then creates an admin token and writes
+	// <data>/dev.json.
+	Dev bool
+
+	// Logger defaults to zap.NewNop().
+	Logger *zap.Logger
+}
+
+// DevInfo is what --dev writes to <data>/dev.json: how to reach the
+// server and its simulated GitHub.
+type DevInfo struct {
+	Server        string `json:"server"`
+	Token         string `json:"token"`
+	GitHub        string `json:"github"`
+	WebhookSecret string `json:"webhookSecret"`
+}
+
+// Server is baton: the store, the coordinator, the queue, the executor,
+// the webhook machinery and the HTTP API, wired together.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+	reg *prometheus.Registry
+
+	db         *sqlite.DB
+	coord      *coordinator.Coordinator
+	store      *executor.SQLiteStore
+	broker     *queue.Broker
+	exec       *executor.Executor
+	consumer   *queue.Consumer
+	reconciler *queue.Reconciler
+	gh         *executor.GitHubClients
+	tokens     *TokenStore
+	ledger     *DeliveryLedger
+	dispatcher *EventDispatcher
+	installs   *Installations
+	recovery   *Recovery
+	api        *API
+	http       *http.Server
+	listener   net.Listener
+	sim        *ghsim.Sim
+	dev        *DevInfo
+
+	// features are extra event handlers (the merge queue), subscribed at
+	// Start.
+	features []feature
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	serveWG sync.WaitGroup
+	stops   []func(context.Context) error
+}
+
+type feature struct {
+	name    string
+	handler EventHandler
+}
+
+// NewServer checks cfg and fills its defaults. Nothing is opened until
+// Start.
+func NewServer(cfg Config) (*Server, error) {
+	cfg.DataDir = cmp.Or(cfg.DataDir, "./baton-data")
+	cfg.Listen = cmp.Or(cfg.Listen, "127.0.0.1:8080")
+	cfg.Workers = cmp.Or(cfg.Workers, 32)
+	cfg.AckWait = cmp.Or(cfg.AckWait, 60*time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Workers < 1 || cfg.Workers > 4096 {
+		return nil, fmt.Errorf("workers must be between 1 and 4096, not %d", cfg.Workers)
+	}
+	if cfg.AckWait <= cfg.LeaseTTL {
+		return nil, fmt.Errorf("the queue's ack wait (%v) must exceed the lease TTL (%v)", cfg.AckWait, cfg.LeaseTTL)
+	}
+	if cfg.Dev && (cfg.AppID != 0 || cfg.GitHubURL != "") {
+		return nil, errors.New("--dev runs its own simulated GitHub: do not give App credentials or a GitHub URL with it")
+	}
+	if cfg.AppID < 0 {
+		return nil, errors.New("the App ID must be positive")
+	}
+	if cfg.AppID > 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
+		return nil, errors.New("an App ID needs the App's private key and webhook secret")
+	}
+	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// AddFeature subscribes an event handler (a feature such as the merge
+// queue) to the webhook deliveries. Call it before Start.
+func (s *Server) AddFeature(name string, h EventHandler) {
+	s.features = append(s.features, feature{name, h})
+}
+
+// Start opens everything and serves HTTP. It returns once the server
+// accepts requests; on an error, what it started is stopped again.
+func (s *Server) Start(ctx context.Context) (err error) {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("server already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			defer cancel()
+			_ = s.stopAll(sctx)
+		}
+	}()
+	cfg := &s.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	// Listen first: a taken address fails before anything else starts.
+	s.listener, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	s.onStop(func(context.Context) error {
+		if s.http == nil {
+			return s.listener.Close()
+		}
+		return nil
+	})
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// The store.
+	s.db, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, DatabaseFile), sqlite.Options{Synchronous: cfg.Synchronous, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.onStop(func(context.Context) error { return s.db.Close() })
+	s.coord, err = coordinator.New(coordinator.Config{DB: s.db, Logger: s.log, Registerer: s.reg})
+	if err != nil {
+		return err
+	}
+	if err := s.coord.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(s.coord.Stop)
+	s.store = executor.NewSQLiteStore(s.db, nil)
+	s.tokens, err = NewTokenStore(s.db, TokenStoreConfig{Logger: s.log})
+	if err != nil {
+		return err
+	}
+
+	// GitHub: the simulator in --dev, given credentials, or stored ones.
+	if err := s.github(ctx); err != nil {
+		return err
+	}
+
+	// The queue.
+	qcfg := cfg.Queue
+	qcfg.DataDir, qcfg.Logger = cfg.DataDir, s.log
+	s.broker, err = queue.New(qcfg)
+	if err != nil {
+		return err
+	}
+	if err := s.broker.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(s.broker.Stop)
+
+	// Installations and webhooks.
+	installsCfg := InstallationsConfig{DB: s.db, Logger: s.log}
+	if s.gh != nil {
+		installsCfg.App, installsCfg.Installation, installsCfg.OnChange = s.gh.App(), s.gh.Installation, s.gh.Forget
+	}
+	s.installs, err = NewInstallations(installsCfg)
+	if err != nil {
+		return err
+	}
+	s.ledger, err = NewDeliveryLedger(s.db, nil)
+	if err != nil {
+		return err
+	}
+	s.dispatcher, err = NewEventDispatcher(EventDispatcherConfig{Ledger: s.ledger, Logger: s.log, Registerer: s.reg})
+	if err != nil {
+		return err
+	}
+	s.dispatcher.Subscribe("installations", s.installs)
+	for _, f := range s.features {
+		s.dispatcher.Subscribe(f.name, f.handler)
+	}
+
+	// The executor.
+	pacing := cfg.Pacing == nil || *cfg.Pacing
+	if cfg.Dev {
+		pacing = false
+	}
+	s.exec, err = executor.New(executor.Config{
+		Store:         s.store,
+		Dispatcher:    s.broker,
+		Leases:        s.coord,
+		GitHub:        s.gh,
+		Installations: s.installs,
+		LeaseTTL:      cfg.LeaseTTL,
+		Pacing:        executor.PacingConfig{Disabled: !pacing},
+		Logger:        s.log,
+		Registerer:    s.reg,
+		OnFinished:    s.onFinished,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.exec.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(s.exec.Stop)
+
+	// The HTTP API.
+	leases, err := NewCoordinatorLeases(s.coord)
+	if err != nil {
+		return err
+	}
+	s.api, err = NewAPI(APIConfig{
+		Operations:    s.exec,
+		Leases:        leases,
+		DeadLetters:   s.broker,
+		Installations: s.installs,
+		Tokens:        s.tokens,
+		Readiness:     s.readiness(),
+		Gatherer:      s.reg,
+		Registerer:    s.reg,
+		Logger:        s.log,
+	})
+	if err != nil {
+		return err
+	}
+	if s.gh != nil {
+		recv, err := NewWebhookReceiver(WebhookConfig{Ledger: s.ledger, Secret: cfg.WebhookSecret,
+			PreviousSecret: cfg.PreviousWebhookSecret, Logger: s.log, Registerer: s.reg})
+		if err != nil {
+			return err
+		}
+		s.api.Handle("POST /webhooks/github", recv)
+	} else {
+		setup, err := NewSetup(SetupConfig{DataDir: cfg.DataDir, PublicURL: s.publicURL(), GitHubWebURL: cfg.GitHubWebURL,
+			GitHubAPIURL: cfg.GitHubURL, Logger: s.log,
+			OnConfigured: func(context.Context, AppCredentials) error { return ErrRestartRequired }})
+		if err != nil {
+			return err
+		}
+		s.api.Handle("/setup", setup)
+		s.api.Handle("/setup/", setup)
+		s.log.Warn("no GitHub App credentials: serving the setup page; operations wait until baton runs as the App",
+			zap.String("event", "setup_required"), zap.String("url", s.publicURL()+"/setup"))
+	}
+
+	// Workers: only with GitHub to work on.
+	if s.gh != nil {
+		if err := s.installs.Start(ctx); err != nil {
+			return err
+		}
+		s.onStop(s.installs.Stop)
+		if err := s.dispatcher.Start(ctx); err != nil {
+			return err
+		}
+		s.onStop(s.dispatcher.Stop)
+		s.recovery, err = NewRecovery(RecoveryConfig{Ledger: s.ledger, App: s.gh.App(), Logger: s.log, Registerer: s.reg})
+		if err != nil {
+			return err
+		}
+		if !cfg.Dev {
+			// The simulator's deliveries log is recovered from too, but in
+			// --dev nothing fails at "GitHub" unless asked to.
+			if err := s.recovery.Start(ctx); err != nil {
+				return err
+			}
+			s.onStop(s.recovery.Stop)
+		}
+		s.consumer, err = queue.NewConsumer(s.broker, queue.ConsumerConfig{
+			Handler:     s.handle,
+			Concurrency: cfg.Workers,
+			AckWait:     cfg.AckWait,
+			Logger:      s.log,
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.consumer.Start(ctx); err != nil {
+			return err
+		}
+		s.onStop(s.consumer.Stop)
+	}
+	s.reconciler, err = queue.NewReconciler(s.broker, queue.ReconcilerConfig{
+		Candidates:     s.exec.DispatchCandidates,
+		MarkDispatched: s.exec.MarkDispatched,
+		Logger:         s.log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.reconciler.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(s.reconciler.Stop)
+
+	// Serve.
+	s.http = &http.Server{Handler: s.api, ErrorLog: zap.NewStdLog(s.log.With(zap.String("subsystem", "http")))}
+	SetAPIServerTimeouts(s.http)
+	s.serveWG.Add(1)
+	go func() {
+		defer s.serveWG.Done()
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", zap.Error(err))
+		}
+	}()
+	if cfg.Dev {
+		if err := s.startDev(ctx); err != nil {
+			return err
+		}
+	}
+	s.log.Info("baton is serving", zap.String("event", "serving"), zap.String("addr", s.Addr()),
+		zap.Bool("github", s.gh != nil), zap.Bool("pacing", pacing), zap.Int("workers", cfg.Workers))
+	return nil
+}
+
+// github sets up the GitHub clients: the in-process simulator (--dev), the
+// credentials given, or those the setup flow stored. With none, s.gh stays
+// nil.
+func (s *Server) github(ctx context.Context) error {
+	cfg := &s.cfg
+	if cfg.Dev {
+		sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+		if err != nil {
+			return err
+		}
+		if err := sim.Start(ctx); err != nil {
+			return err
+		}
+		s.sim = sim
+		s.onStop(sim.Stop)
+		if err := sim.SeedDemo(); err != nil {
+			return err
+		}
+		cfg.GitHubURL, cfg.AppID, cfg.PrivateKey, cfg.WebhookSecret = sim.URL(), sim.AppID(), sim.PrivateKeyPEM(), sim.WebhookSecret()
+	}
+	if cfg.AppID == 0 {
+		creds, ok, err := LoadAppCredentials(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		cfg.AppID, cfg.PrivateKey, cfg.WebhookSecret = creds.AppID, creds.PrivateKey, creds.WebhookSecret
+		cfg.GitHubURL = cmp.Or(cfg.GitHubURL, creds.APIURL)
+	}
+	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: cfg.GitHubURL, AppID: cfg.AppID, PrivateKey: cfg.PrivateKey})
+	if err != nil {
+		return err
+	}
+	s.gh = gh
+	s.onStop(func(context.Context) error { gh.Close(); return nil })
+	return nil
+}
+
+// handle is the queue's handler: Process, and its result as the queue's.
+func (s *Server) handle(ctx context.Context, id string) queue.Result {
+	r := s.exec.Process(ctx, id)
+	switch r.Kind {
+	case executor.ResultDone:
+		return queue.Done()
+	case executor.ResultRetry:
+		return queue.RetryAfter(r.Delay)
+	}
+	return queue.Failed(r.Err)
+}
+
+// onFinished passes terminal operations to the features that want them.
+func (s *Server) onFinished(rec schema.Record) {
+	for _, f := range s.features {
+		if h, ok := f.handler.(interface{ OnOperationFinished(schema.Record) }); ok {
+			h.OnOperationFinished(rec)
+		}
+	}
+}
+
+func (s *Server) readiness() []ReadinessCheck {
+	return []ReadinessCheck{
+		{Name: "store", Check: func(ctx context.Context) error {
+			var one int
+			return s.db.QueryRow(ctx, `SELECT 1`).Scan(&one)
+		}},
+		{Name: "queue", Check: func(context.Context) error { return s.broker.Ready() }},
+		{Name: "consumers", Check: func(context.Context) error {
+			if s.consumer == nil {
+				return errors.New("no GitHub App configured: operations are not run (see /setup)")
+			}
+			return s.consumer.Ready()
+		}},
+	}
+}
+
+// Addr is the address the HTTP server listens on (useful with port 0).
+func (s *Server) Addr() string {
+	if s.listener == nil {
+		return s.cfg.Listen
+	}
+	return s.listener.Addr().String()
+}
+
+// URL is the server's base URL on its listening address.
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+func (s *Server) publicURL() string {
+	if s.cfg.PublicURL != "" {
+		return strings.TrimRight(s.cfg.PublicURL, "/")
+	}
+	return "http://" + s.cfg.Listen
+}
+
+// Tokens is the server's token store.
+func (s *Server) Tokens() *TokenStore { return s.tokens }
+
+// Executor is the server's executor.
+func (s *Server) Executor() *executor.Executor { return s.exec }
+
+// Dev returns what --dev set up (nil without --dev).
+func (s *Server) Dev() *DevInfo { return s.dev }
+
+// Simulator returns the in-process simulator of --dev (nil otherwise).
+func (s *Server) Simulator() *ghsim.Sim { return s.sim }
+
+func (s *Server) onStop(f func(context.Context) error) { s.stops = append(s.stops, f) }
+
+// Stop shuts down gracefully: it stops accepting requests, lets running
+// operations finish or go back to the queue (releasing their leases) up to
+// ctx's deadline, and closes everything. Safe before Start and twice.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started || s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	return s.stopAll(ctx)
+}
+
+func (s *Server) stopAll(ctx context.Context) error {
+	var errs []error
+	if s.http != nil {
+		s.api.EndWaits()
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http: %w", err))
+		}
+		s.serveWG.Wait()
+	}
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		if err := s.stops[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.stops = nil
+	return errors.Join(errs...)
+}

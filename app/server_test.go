@@ -1,0 +1,205 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+func startServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	cfg.DataDir = cmpString(cfg.DataDir, t.TempDir())
+	cfg.Listen = cmpString(cfg.Listen, "127.0.0.1:0")
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return srv
+}
+
+func cmpString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// --dev: the server runs as the App of an in-process simulator, writes
+// dev.json with an admin token, and carries out a submitted comment; the
+// simulator's webhooks reach the server's receiver.
+func TestServerDev(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServer(t, Config{Dev: true, DataDir: dir})
+	b, err := os.ReadFile(filepath.Join(dir, DevFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(filepath.Join(dir, DevFile))
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("dev.json mode %v", st.Mode().Perm())
+	}
+	var dev DevInfo
+	if err := json.Unmarshal(b, &dev); err != nil || dev.Token == "" || dev.Server != srv.URL() || dev.GitHub != srv.Simulator().URL() {
+		t.Fatalf("dev.json = %s (%v)", b, err)
+	}
+	c, err := client.New(dev.Server, client.WithToken(dev.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	op, created, err := c.Submit(ctx, client.SubmitRequest{IdempotencyKey: "dev-1", Action: schema.ActionComment,
+		Resource: schema.Resource{Type: "issue", ID: "octo/demo#10"}, Payload: json.RawMessage(`{"body":"hello"}`)})
+	if err != nil || !created {
+		t.Fatalf("submit: %v %v", created, err)
+	}
+	done, err := c.Wait(ctx, op.OperationID, 20*time.Second)
+	if err != nil || done.Status != schema.StatusSucceeded || done.InstallationID != 1 {
+		t.Fatalf("operation: %+v %v", done, err)
+	}
+	ins, err := c.Installations(ctx)
+	if err != nil || len(ins) != 1 || ins[0].ID != 1 || len(ins[0].Repositories) != 1 || ins[0].Repositories[0] != "octo/demo" {
+		t.Fatalf("installations: %+v %v", ins, err)
+	}
+	r, err := c.Ready(ctx)
+	if err != nil || r.Status != "ready" {
+		t.Errorf("readyz: %+v %v", r, err)
+	}
+	// The comment baton posted comes back as an issue_comment delivery,
+	// recorded in the ledger.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, err := srv.ledger.List(ctx, DeliveryFilter{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no webhook delivery reached the server")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(srv.URL() + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// A server pointed at a simulator running on its own (as `baton ghsim`
+// runs it) authenticates as the App with the credentials ghsim wrote.
+func TestServerAgainstStandaloneSimulator(t *testing.T) {
+	t.Parallel()
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
+		WebhookSecret: sim.WebhookSecret()})
+	sim.SetWebhook(srv.URL()+"/webhooks/github", sim.WebhookSecret())
+	token, _, err := srv.Tokens().CreateToken(context.Background(), TokenSpec{Actor: "ci", Installations: []int64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(srv.URL(), client.WithToken(token))
+	// The registry resynced from the simulator as the App: the repository
+	// resolves to installation 1 without any webhook.
+	var op client.Operation
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		op, _, err = c.Submit(context.Background(), client.SubmitRequest{IdempotencyKey: "sa-1", Action: schema.ActionAddLabels,
+			Resource: schema.Resource{Type: "issue", ID: "octo/demo#11"}, Payload: json.RawMessage(`{"labels":["ready"]}`)})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	done, err := c.Wait(context.Background(), op.OperationID, 20*time.Second)
+	if err != nil || done.Status != schema.StatusSucceeded {
+		t.Fatalf("operation: %+v %v", done, err)
+	}
+	if sim.TokensIssued() == 0 {
+		t.Error("no installation token was exchanged")
+	}
+}
+
+// Without credentials the server serves the setup page and is not ready:
+// it has nothing to run operations as.
+func TestServerWithoutAppServesSetup(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{PublicURL: "https://baton.example.com"})
+	resp, err := http.Get(srv.URL() + "/setup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/setup: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(srv.URL() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz without an App: %d", resp.StatusCode)
+	}
+}
+
+func TestServerConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]Config{
+		"ack wait below lease ttl": {AckWait: 10 * time.Second, LeaseTTL: 30 * time.Second},
+		"dev with credentials":     {Dev: true, AppID: 5},
+		"app id without key":       {AppID: 5},
+		"bad listen":               {Listen: "nowhere"},
+		"workers":                  {Workers: -1},
+	} {
+		if _, err := NewServer(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// A taken address fails Start before anything else starts.
+	srv := startServer(t, Config{PublicURL: "https://baton.example.com"})
+	other, err := NewServer(Config{DataDir: t.TempDir(), Listen: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(context.Background()); err == nil {
+		t.Error("a second server started on a taken address")
+		_ = other.Stop(context.Background())
+	} else if errors.Is(err, context.Canceled) {
+		t.Error(err)
+	}
+}

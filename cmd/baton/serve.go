@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/baton-dev/baton/app"
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/queue"
+)
+
+func init() { register(newServeCmd) }
+
+// serveOptions are the flags of `baton serve`. Every flag also reads the
+// environment variable BATON_<FLAG> (upper case, dashes as underscores)
+// when it is not given on the command line.
+type serveOptions struct {
+	data, listen, publicURL                      string
+	dev                                          bool
+	githubURL, githubWebURL                      string
+	appID                                        int64
+	privateKey                                   string
+	webhookSecret, webhookSecretFile             string
+	previousWebhookSecret                        string
+	pacing                                       string
+	natsURL, natsListen, natsCreds, natsNKey     string
+	natsTLSCA, natsTLSCert, natsTLSKey, natsSync string
+	natsReplicas                                 int
+	workers                                      int
+	leaseTTL, ackWait, shutdownTimeout           time.Duration
+	synchronous                                  string
+	logLevel, logFormat                          string
+}
+
+func newServeCmd() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run baton: the API, the webhook receiver, the queue and the workers",
+		Long: `Run baton: the HTTP API, the GitHub webhook receiver, the embedded NATS
+JetStream queue and the workers that carry operations out on GitHub.
+
+Data (the SQLite database, the JetStream store, the App's credentials) lives
+in --data. Without App credentials (flags, or stored by the setup flow) baton
+serves the setup page at /setup and runs no operations until it is restarted
+as the App.
+
+--dev runs a GitHub simulator in this process instead of GitHub, seeded with
+installation 1 and repository octo/demo (pull requests #1–#3, issues
+#10–#12, branch main), creates an admin token, writes <data>/dev.json and
+prints commands to try. Nothing leaves the loopback interface.
+
+Every flag can also be set with an environment variable: BATON_ and the
+flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
+
+SIGINT or SIGTERM stop baton gracefully: no new requests, running operations
+finish or go back to the queue (releasing their leases) within
+--shutdown-timeout, then exit 0.`,
+		Example: `  baton serve --dev
+  baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
+  baton serve --app-id 12345 --private-key app.pem --webhook-secret-file secret.txt
+  baton serve --nats nats://10.0.0.5:4222,nats://10.0.0.6:4222 --nats-replicas 3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", "./baton-data", "data directory")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address")
+	f.StringVar(&o.publicURL, "public-url", "", "URL GitHub and browsers reach baton at (default http://LISTEN)")
+	f.BoolVar(&o.dev, "dev", false, "run with a GitHub simulator in this process (no GitHub account needed)")
+	f.StringVar(&o.githubURL, "github-url", "", "GitHub REST API base (default https://api.github.com/; GHES: https://HOST/api/v3/)")
+	f.StringVar(&o.githubWebURL, "github-web-url", "", "GitHub web address for the setup flow (default https://github.com)")
+	f.Int64Var(&o.appID, "app-id", 0, "GitHub App ID (default: the credentials stored by the setup flow)")
+	f.StringVar(&o.privateKey, "private-key", "", "file holding the App's private key (PEM)")
+	f.StringVar(&o.webhookSecret, "webhook-secret", "", "the App's webhook secret (prefer --webhook-secret-file or the environment)")
+	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the App's webhook secret")
+	f.StringVar(&o.previousWebhookSecret, "previous-webhook-secret", "", "a second webhook secret accepted while rotating")
+	f.StringVar(&o.pacing, "github-pacing", "on", "pace each installation's mutating requests as GitHub asks (on|off; --dev: off)")
+	f.StringVar(&o.natsURL, "nats", "", "external NATS server or cluster URL(s); default: embedded")
+	f.StringVar(&o.natsListen, "nats-listen", "", "let the embedded NATS server accept clients on this address (e.g. 127.0.0.1:4222)")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (external server)")
+	f.StringVar(&o.natsNKey, "nats-nkey", "", "NATS NKey seed file (external server)")
+	f.StringVar(&o.natsTLSCA, "nats-tls-ca", "", "CA file to trust for the NATS server")
+	f.StringVar(&o.natsTLSCert, "nats-tls-cert", "", "client certificate for the NATS server")
+	f.StringVar(&o.natsTLSKey, "nats-tls-key", "", "client key for the NATS server")
+	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "stream replicas (external cluster)")
+	f.StringVar(&o.natsSync, "nats-sync", "default", "embedded JetStream flush policy: default|always")
+	f.IntVar(&o.workers, "workers", 32, "operations run at once")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "TTL of an operation's resource lease (kept alive; at most 5m)")
+	f.DurationVar(&o.ackWait, "ack-wait", 60*time.Second, "queue ack wait (must exceed --lease-ttl)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline")
+	f.StringVar(&o.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous setting: FULL|EXTRA|NORMAL")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug|info|warn|error")
+	f.StringVar(&o.logFormat, "log-format", "", "log format: json|console (default json; console with --dev)")
+	cliUsageErrors(cmd)
+	return cmd
+}
+
+// envFlags sets each flag not given on the command line from BATON_<NAME>.
+func envFlags(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := "BATON_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func runServe(cmd *cobra.Command, o *serveOptions) error {
+	if err := envFlags(cmd.Flags()); err != nil {
+		return cliUsage(err)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return cliUsage(err)
+	}
+	log, err := newLogger(o)
+	if err != nil {
+		return cliUsage(err)
+	}
+	defer log.Sync() //nolint:errcheck // stderr
+	cfg.Logger = log
+	srv, err := app.NewServer(cfg)
+	if err != nil {
+		return cliUsage(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := srv.Start(ctx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if cfg.Dev {
+		printDevGuide(cmd.OutOrStdout(), srv)
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "baton is serving on %s (data in %s)\n", srv.URL(), cfg.DataDir)
+	}
+	<-ctx.Done()
+	stop()
+	log.Info("shutting down", zap.String("event", "shutdown"))
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Stop(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func (o *serveOptions) config() (app.Config, error) {
+	cfg := app.Config{
+		DataDir:               o.data,
+		Listen:                o.listen,
+		PublicURL:             o.publicURL,
+		Dev:                   o.dev,
+		GitHubURL:             o.githubURL,
+		GitHubWebURL:          o.githubWebURL,
+		AppID:                 o.appID,
+		WebhookSecret:         o.webhookSecret,
+		PreviousWebhookSecret: o.previousWebhookSecret,
+		Workers:               o.workers,
+		LeaseTTL:              o.leaseTTL,
+		AckWait:               o.ackWait,
+		ShutdownTimeout:       o.shutdownTimeout,
+		Synchronous:           o.synchronous,
+		Queue: queue.Config{
+			URL:             o.natsURL,
+			ListenAddr:      o.natsListen,
+			CredentialsFile: o.natsCreds,
+			NKeySeedFile:    o.natsNKey,
+			TLSCAFile:       o.natsTLSCA,
+			TLSCertFile:     o.natsTLSCert,
+			TLSKeyFile:      o.natsTLSKey,
+			Replicas:        o.natsReplicas,
+		},
+	}
+	switch o.pacing {
+	case "on", "true":
+		on := true
+		cfg.Pacing = &on
+	case "off", "false":
+		off := false
+		cfg.Pacing = &off
+	default:
+		return cfg, fmt.Errorf("--github-pacing must be on or off, not %q", o.pacing)
+	}
+	switch o.natsSync {
+	case "default", "":
+	case "always":
+		cfg.Queue.SyncAlways = true
+	default:
+		return cfg, fmt.Errorf("--nats-sync must be default or always, not %q", o.natsSync)
+	}
+	if o.privateKey != "" {
+		b, err := os.ReadFile(o.privateKey)
+		if err != nil {
+			return cfg, fmt.Errorf("--private-key: %w", err)
+		}
+		cfg.PrivateKey = b
+	}
+	if o.webhookSecretFile != "" {
+		if o.webhookSecret != "" {
+			return cfg, errors.New("give --webhook-secret or --webhook-secret-file, not both")
+		}
+		b, err := os.ReadFile(o.webhookSecretFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--webhook-secret-file: %w", err)
+		}
+		cfg.WebhookSecret = strings.TrimSpace(string(b))
+	}
+	if cfg.AppID != 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
+		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")
+	}
+	return cfg, nil
+}
+
+func newLogger(o *serveOptions) (*zap.Logger, error) {
+	var level zapcore.Level
+	if err := level.Set(o.logLevel); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	format := o.logFormat
+	if format == "" {
+		format = "json"
+		if o.dev {
+			format = "console"
+		}
+	}
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+	case "console":
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("--log-format must be json or console, not %q", format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+	return zc.Build()
+}
+
+func printDevGuide(w io.Writer, srv *app.Server) {
+	d := srv.Dev()
+	fmt.Fprintf(w, `
+baton is running in development mode.
+
+  API       %s
+  GitHub    %s   (simulated: installation 1, repository octo/demo,
+                 issues #10–#12, branch main, pull requests:
+                 #1 head %s
+                 #2 head %s
+                 #3 head %s)
+  token     %s   (admin; also in dev.json in the data directory)
+
+Try it from another shell:
+
+  export BATON_SERVER=%s
+  export BATON_TOKEN=%s
+  go run ./cmd/baton submit --key hello-1 --action github.issues.comment \
+      --resource issue:octo/demo#10 --payload '{"body":"Hello from baton"}'
+  go run ./cmd/baton status OPERATION_ID --wait
+  go run ./cmd/baton ops
+
+Stop with Ctrl-C.
+`, d.Server, d.GitHub, ghsim.DemoHeadSHA(1), ghsim.DemoHeadSHA(2), ghsim.DemoHeadSHA(3), d.Token, d.Server, d.Token)
+}
