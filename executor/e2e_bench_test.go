@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // once (no limits, no faults, no pacing), fenced saves — from the first
 // submission to the last terminal record.
 func BenchmarkEndToEnd(b *testing.B) {
-	s := newStack(b, stackOptions{concurrency: 32})
+	s := newStack(b, stackOptions{concurrency: 32, synchronous: os.Getenv("BENCH_SYNC")})
 	const resources = 200
 	for n := 1; n <= resources; n++ {
 		if _, err := s.sim.AddIssue("octo", "demo", ghsim.NewIssue{Number: 1000 + n, Title: "bench"}); err != nil {

@@ -71,6 +71,11 @@ type Config struct {
 	// CancelPoll is how often a waiting operation reads its record for a
 	// cancellation requested in another process. Defaults to 1s.
 	CancelPoll time.Duration
+	// LocalWait is the longest an operation waits in memory for an
+	// operation of this process that holds its resource (or must run
+	// before it) to finish, before it goes back to the queue instead.
+	// Defaults to 2s.
+	LocalWait time.Duration
 	// Pacing shapes the mutating requests of each installation.
 	Pacing PacingConfig
 	// Registerer receives the executor's metrics (baton_executor_*). nil
@@ -100,6 +105,7 @@ type Executor struct {
 	pacer      *pacer
 	cancels    cancelWatch
 	waits      *waitlist
+	turns      turnstile
 	metrics    *metrics
 }
 
@@ -133,6 +139,7 @@ func New(cfg Config) (*Executor, error) {
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.MaxInlineWait = cmp.Or(cfg.MaxInlineWait, 30*time.Second)
 	cfg.CancelPoll = cmp.Or(cfg.CancelPoll, time.Second)
+	cfg.LocalWait = cmp.Or(cfg.LocalWait, 2*time.Second)
 	if cfg.BusyDelay < 0 || cfg.BaseBackoff <= 0 || cfg.MaxBackoff < cfg.BaseBackoff || cfg.MaxInlineWait < 0 || cfg.CancelPoll <= 0 {
 		return nil, errors.New("executor: delays must be positive and MaxBackoff at least BaseBackoff")
 	}

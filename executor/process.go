@@ -156,9 +156,19 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
 	}
-	if older, err := e.writer.OlderPending(ctx, rec); err != nil {
-		return failed(err), false
-	} else if older {
+	for {
+		older, err := e.writer.OlderPending(ctx, rec)
+		if err != nil {
+			return failed(err), false
+		}
+		if !older {
+			break
+		}
+		// The older operation usually runs in this process right now:
+		// wait for it in memory, then look again.
+		if e.turns.wait(ctx, rec.Resource.Key(), e.cfg.LocalWait) {
+			continue
+		}
 		e.waits.wait(rec.Resource.Key(), rec.OperationID)
 		return retry(e.cfg.OrderDelay), false
 	}
@@ -209,6 +219,9 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 		func(tx *sqlite.Tx, _ *coordinator.Lease) error { return save(tx) })
 	switch {
 	case errors.Is(err, coordinator.ErrLeaseHeld):
+		if e.turns.wait(ctx, rec.Resource.Key(), e.cfg.LocalWait) {
+			return Result{}, true // held here a moment ago: read and try again
+		}
 		e.waits.wait(rec.Resource.Key(), rec.OperationID)
 		return e.busy(), false
 	case errors.Is(err, ErrStale):
@@ -222,6 +235,8 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 		log.Info("took over an expired lease", zap.String(LogEvent, "lease_preempted"),
 			zap.String("previousOwner", lease.Preempted.Owner), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
 	}
+	e.turns.enter(rec.Resource.Key())
+	defer e.turns.leave(rec.Resource.Key()) // also when the lease was lost
 	kctx, stop := e.leases.KeepAlive(ctx, lease)
 	defer stop()
 	r := &runner{e: e, ctx: kctx, parent: ctx, lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart}
@@ -611,6 +626,7 @@ func (r *runner) release() error {
 	if err := r.e.leases.ReleaseWith(ctx, r.lease, save); err != nil {
 		return err
 	}
+	r.e.turns.leave(r.rec.Resource.Key())
 	r.e.waits.freed(r.rec.Resource.Key())
 	return nil
 }

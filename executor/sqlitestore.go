@@ -299,6 +299,11 @@ func (s *SQLiteStore) List(ctx context.Context, f ListFilter) ([]schema.Record, 
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
 	q := `SELECT seq, body, cancellation_requested, dispatched_at, version FROM operations`
+	if f.Status == schema.StatusQueued || f.Status == schema.StatusRunning {
+		// Through the partial index of unfinished operations.
+		q += ` INDEXED BY operations_pending_resource`
+		where = append(where, "status IN ('queued', 'running')")
+	}
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -359,7 +364,9 @@ func (s *SQLiteStore) MarkDispatched(ctx context.Context, ids []string, at time.
 
 // Undispatched implements Store.
 func (s *SQLiteStore) Undispatched(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT operation_id FROM operations
+	// The unfinished operations are few beside the finished ones: read them
+	// through their partial index, not by scanning the table in seq order.
+	rows, err := s.db.Query(ctx, `SELECT operation_id FROM operations INDEXED BY operations_pending_resource
 		WHERE status IN ('queued', 'running')
 		  AND ((dispatched_at IS NULL AND created_at < ?) OR dispatched_at < ?)
 		ORDER BY seq LIMIT ?`, before.UnixMicro(), before.UnixMicro(), limit)

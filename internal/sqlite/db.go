@@ -62,9 +62,11 @@ type DB struct {
 
 	wstmts map[string]*sql.Stmt // writer goroutine only
 
-	batches  atomic.Int64 // transactions committed or rolled back by the writer
-	requests atomic.Int64 // write functions run
-	rstmts   sync.Map     // query → *sql.Stmt on the read pool
+	batches     atomic.Int64 // transactions committed or rolled back by the writer
+	requests    atomic.Int64 // write functions run
+	runNanos    atomic.Int64 // time spent running write functions
+	commitNanos atomic.Int64 // time spent committing
+	rstmts      sync.Map     // query → *sql.Stmt on the read pool
 }
 
 type request struct {
@@ -172,11 +174,15 @@ type Stats struct {
 	// Writes is how many write functions they held; Writes/Transactions is
 	// the mean group-commit batch.
 	Writes int64
+	// Run is the time spent running write functions, Commit the time
+	// spent committing (the fsync among it).
+	Run, Commit time.Duration
 }
 
 // Stats returns the writer's counters.
 func (db *DB) Stats() Stats {
-	return Stats{Transactions: db.batches.Load(), Writes: db.requests.Load()}
+	return Stats{Transactions: db.batches.Load(), Writes: db.requests.Load(),
+		Run: time.Duration(db.runNanos.Load()), Commit: time.Duration(db.commitNanos.Load())}
 }
 
 // Path returns the database file's path.
@@ -313,6 +319,7 @@ func (db *DB) commit(batch []*request) {
 		return
 	}
 	single := len(batch) == 1
+	t0 := time.Now()
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			errs[i] = err
@@ -326,6 +333,9 @@ func (db *DB) commit(batch []*request) {
 		}
 		ran = ran || errs[i] == nil
 	}
+	t1 := time.Now()
+	db.runNanos.Add(int64(t1.Sub(t0)))
+	defer func() { db.commitNanos.Add(int64(time.Since(t1))) }()
 	if single && errs[0] != nil || !ran {
 		_ = tx.Rollback()
 	} else if cerr := tx.Commit(); cerr != nil {

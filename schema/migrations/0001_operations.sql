@@ -19,10 +19,13 @@ CREATE TABLE operations (
     body                   BLOB    NOT NULL
 );
 
-CREATE INDEX operations_status   ON operations (status, seq);
 CREATE INDEX operations_actor    ON operations (actor, seq);
 CREATE INDEX operations_resource ON operations (resource_type, resource_id, seq);
 -- The unfinished operations of a resource, oldest first: the executor runs
--- a resource's operations in the order they were created.
+-- a resource's operations in the order they were created. It is also what
+-- the reconciler and a list of queued or running operations read. (There is
+-- no index on status alone: every operation changes status twice, and
+-- keeping such an index cost more than the lists of finished operations it
+-- would speed up.)
 CREATE INDEX operations_pending_resource ON operations (resource_type, resource_id, seq)
     WHERE status IN ('queued', 'running');
