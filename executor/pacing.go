@@ -59,10 +59,16 @@ func (c *PacingConfig) fill() {
 type pacer struct {
 	cfg PacingConfig
 	now func() time.Time
-	// spacing is the least time between two requests of an installation:
-	// MinInterval, or the shortest content window divided by its limit if
-	// that is longer, so that requests are spread over the window rather
-	// than sent in a burst and then held back.
+	// minInterval spaces the mutating requests of an installation strictly
+	// (GitHub asks for a second between them).
+	minInterval time.Duration
+	// interval and tolerance spread content-creating requests over their
+	// shortest window instead of sending a burst and then holding back: a
+	// generic cell rate algorithm with one request per interval on average
+	// and a little catch-up (tolerance) after a request came late. The
+	// windows themselves are still enforced exactly (see earliest).
+	interval, tolerance time.Duration
+	// spacing estimates the time between two requests, for requeue delays.
 	spacing time.Duration
 
 	mu    sync.Mutex
@@ -70,14 +76,15 @@ type pacer struct {
 }
 
 type installationPace struct {
-	next    time.Time    // earliest start of the next mutating request
-	slots   []*time.Time // end times of recent requests; nil end = in flight
+	last    time.Time    // start of the last mutating request
+	tat     time.Time    // theoretical arrival time of the next request (GCRA)
+	slots   []*time.Time // end times of recent requests; far future = in flight
 	waiters int
 }
 
 func newPacer(cfg PacingConfig, now func() time.Time) *pacer {
 	cfg.fill()
-	spacing := max(cfg.MinInterval, 0)
+	p := &pacer{cfg: cfg, now: now, minInterval: max(cfg.MinInterval, 0), insts: make(map[int64]*installationPace)}
 	shortest := RateWindow{}
 	for _, w := range cfg.ContentLimits {
 		if w.Limit > 0 && (shortest.Window == 0 || w.Window < shortest.Window) {
@@ -85,9 +92,11 @@ func newPacer(cfg PacingConfig, now func() time.Time) *pacer {
 		}
 	}
 	if shortest.Limit > 0 {
-		spacing = max(spacing, shortest.Window/time.Duration(shortest.Limit))
+		p.interval = shortest.Window / time.Duration(shortest.Limit)
+		p.tolerance = 2 * p.interval
 	}
-	return &pacer{cfg: cfg, now: now, spacing: spacing, insts: make(map[int64]*installationPace)}
+	p.spacing = max(p.minInterval, p.interval)
+	return p
 }
 
 // errPaceRequeue is returned by acquire when the wait is too long to hold a
@@ -125,7 +134,11 @@ func (p *pacer) acquire(ctx context.Context, inst int64) (done func(), err error
 			end := new(time.Time)
 			*end = farFuture
 			ip.slots = append(ip.slots, end)
-			ip.next = now.Add(p.spacing)
+			ip.last = now
+			// A request that came late (a worker woke up late, an
+			// operation was not ready) leaves credit for up to tolerance,
+			// so the average rate holds; the windows bound any catch-up.
+			ip.tat = maxTime(ip.tat, now.Add(-p.tolerance)).Add(p.interval)
 			p.mu.Unlock()
 			return func() {
 				p.mu.Lock()
@@ -182,6 +195,13 @@ func (p *pacer) admit(inst int64) time.Duration {
 
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // earliest returns when the installation may send next. Called with p.mu
 // held; it also forgets slots older than the longest window.
 func (p *pacer) earliest(ip *installationPace, now time.Time) time.Time {
@@ -198,7 +218,13 @@ func (p *pacer) earliest(ip *installationPace, now time.Time) time.Time {
 	clear(ip.slots[len(keep):])
 	ip.slots = keep
 
-	at := ip.next
+	var at time.Time
+	if !ip.last.IsZero() {
+		at = ip.last.Add(p.minInterval)
+	}
+	if p.interval > 0 {
+		at = maxTime(at, ip.tat)
+	}
 	for _, w := range p.cfg.ContentLimits {
 		// Slots still counting in this window, newest last.
 		var ends []time.Time

@@ -271,6 +271,10 @@ func (e *Executor) installation(ctx context.Context, rec *schema.Record, tg sche
 	return id, nil, nil
 }
 
+// maxProbeFailures is how many probes that could not tell (a 5xx, a
+// timeout) an operation tries before it gives up.
+const maxProbeFailures = 5
+
 // runner carries one operation through its attempts under its lease.
 type runner struct {
 	e         *Executor
@@ -284,6 +288,8 @@ type runner struct {
 	log       *zap.Logger
 	cancelled <-chan struct{}
 	client    *github.Client
+	// probeFailures counts the probes that could not tell.
+	probeFailures int
 	// started is true while the last attempt in the record is one whose
 	// start was saved ahead of its call (see process) and that has not
 	// been made yet.
@@ -441,14 +447,16 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	if !cl.Retryable {
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
-	// The probe could not tell; it must not be skipped. It spends an
-	// attempt, so a post-condition that cannot be checked ends the
-	// operation rather than loop.
-	r.rec.Attempts++
-	if r.rec.Attempts >= r.rec.MaxAttempts {
-		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	// The probe could not tell; it must not be skipped, so it is tried
+	// again after a wait. Probes only read: they have a budget of their
+	// own (maxProbeFailures), and do not spend the operation's attempts —
+	// a last attempt that failed ambiguously is still probed. A
+	// post-condition that cannot be checked at all ends the operation.
+	r.probeFailures++
+	if r.probeFailures >= maxProbeFailures {
+		return r.finish(schema.StatusFailed, nil, cl.Category, "could not check whether an earlier attempt was applied: "+cl.Message), true, false
 	}
-	delay := r.e.backoff(r.rec.Attempts, cl.Wait)
+	delay := r.e.backoff(r.probeFailures, cl.Wait)
 	if res, stop := r.saveBetween(delay); stop {
 		return res, true, false
 	}
@@ -518,6 +526,11 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		return r.requeue(cl.Wait), true, false
 	}
 	if r.rec.Attempts >= r.rec.MaxAttempts {
+		if cl.Ambiguous {
+			// The last call may have been applied: the loop probes
+			// before it gives the operation up.
+			return Result{}, false, true
+		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
 	delay := e.backoff(r.rec.Attempts, cl.Wait)
