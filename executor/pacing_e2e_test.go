@@ -15,8 +15,10 @@ import (
 // ceiling, 200 comments of one installation are never refused and go at
 // the ceiling, while a second installation's operations go at their own
 // pace meanwhile.
+//
+// It measures a rate, so it does not run in parallel with the package's
+// other tests.
 func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
-	t.Parallel()
 	const ceiling = 40
 	s := newStack(t, stackOptions{
 		sim: ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1, SecondaryLimit: ceiling, SecondaryWindow: time.Second,

@@ -12,8 +12,7 @@ import (
 // No window of the configured length ever holds more than Limit requests
 // as the server would count them (at arrival, between start and end), and
 // the achieved rate is close to the ceiling.
-func TestPacerKeepsUnderContentLimit(t *testing.T) {
-	t.Parallel()
+func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not parallel
 	const (
 		limit  = 10
 		window = 200 * time.Millisecond
