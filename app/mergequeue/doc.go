@@ -1,0 +1,117 @@
+// Package mergequeue is baton's merge queue: per repository, pull requests
+// join a queue, each is tested at its own head, and baton merges them one
+// at a time, in queue order, each at the head its checks passed on. It is
+// built on baton's operations (every change on GitHub is an idempotent
+// operation the executor carries out) and leases (every change to a
+// repository's queue is made under the repository's lease).
+//
+// # What it owns
+//
+// The queue's state in baton's database (migration 0005_mergequeue.sql):
+// per repository, the entries {prNumber, prSha, queuedAt, status,
+// reevaluatedAt, gateResult, gateResultAt, …}, an event log (the last
+// MaxEventLog events it acted on) and an audit log (the last MaxAuditLog
+// changes: join, leave, reevaluate, gate_success, gate_failure, merge,
+// bounce). It owns the rules that turn webhooks into changes of that state
+// and into operations, the reconcile that repairs the state from GitHub,
+// the HTTP routes that show it (NewHandler) and nothing else: the webhook
+// receiver and ledger, the executor and the coordinator are other
+// packages', reached through small interfaces (Operations, Leases).
+//
+// # The state machine
+//
+// A pull request joins when the label (Config.Label, "baton:queue") is
+// added, when it is reopened carrying it, or on a "/baton queue" comment by
+// someone with write permission (baton then adds the label: the label is
+// the queue's mark on GitHub, which a reconcile re-derives the queue from).
+// Joining a queue one is in changes nothing (already_queued). An entry
+// moves:
+//
+//	queued ──gate read──▶ evaluating ──required checks passed──▶ gate_passed ──first in queue──▶ merge operation
+//	   ▲                      │                                                                    │
+//	   └── new commits ◀──────┴── (any state but bounced: re-evaluated at the new head, same place)│
+//	                          └── a required check failed ──▶ bounced ◀── merge refused ───────────┤
+//	                                                                                merged ──▶ leaves (audit merge)
+//
+// The gate is read from GitHub's current state, not from the event: the
+// required checks (Config.RequiredChecks, or the base branch's protection;
+// without either, every check reported on the head, at least one) must all
+// have succeeded on the head (check runs: success, neutral or skipped;
+// statuses: success); one failure fails it. A label removed, "/baton
+// dequeue" or the pull request closed takes it out (absent: nothing
+// happens). A bounce posts a comment with the reason, removes the label,
+// sets a failing status, and leaves the entry as bounced until its label is
+// gone.
+//
+// Only the first entry of the queue merges, once its gate passed: a
+// github.pulls.merge operation at prSha, keyed MergeKey
+// ("merge:<owner>/<repo>#<n>@<sha>"), actor "github:<installation>". The
+// merge's outcome comes back through OnOperationFinished (and the
+// pull_request closed webhook): merged, the entry leaves and the next head
+// may merge; refused, the pull request bounces, unless its head moved (it
+// is re-evaluated) or it was merged or closed meanwhile. Every queued head
+// carries a pending commit status (Config.StatusContext, "baton/queue")
+// saying its place: "1st in queue", "2nd in queue"…
+//
+// # Guarantees
+//
+//   - Every change to a repository's queue is made under the lease
+//     "repo:<owner>/<name>" (lower-cased; TTL Config.LeaseTTL, kept alive
+//     while working, released when done, even on error), and all the
+//     changes one event makes are written in one transaction that the
+//     coordinator fences with that lease: a holder that lost its lease
+//     writes nothing. An event that finds the lease held returns a
+//     *RetryError; it is handed over again later, never dropped.
+//     Repositories never wait on each other's leases.
+//     Events that cannot change anything (a check completing on a commit
+//     no waiting pull request is at, a pull request outside the queue
+//     closed or pushed to) are told apart by a read of the state and
+//     dropped without taking the lease.
+//   - Every GitHub mutation is an operation with an idempotency key: the
+//     merge's names the pull request and the tested head; the others'
+//     contain the trigger (the delivery ID of a webhook, the ID of a
+//     finished operation, or of a reconcile run). Handling a delivery again
+//     (a retry, a crash, a redelivery) finds the operations it created.
+//     GitHub is only read directly (pull requests, checks, statuses,
+//     branch protection, permissions).
+//   - One merge at a time per repository, in queue order, each at the sha
+//     its gate passed on; GitHub's own compare-and-swap on that sha refuses
+//     a merge of any other head.
+//   - The event and audit logs keep their newest MaxEventLog and
+//     MaxAuditLog entries, in order; the trimming happens in the
+//     transaction that appends.
+//   - Reconcile (every Config.ReconcileInterval between Start and Stop, and
+//     on demand) serializes with event handling on the same lease: one
+//     that finds the lease held skips and says why. It takes over an
+//     expired lease left by a crashed holder, and re-derives the queue from
+//     GitHub: open pull requests carrying the label, at their current
+//     heads.
+//
+// # Wiring
+//
+// Package app wires the queue; this package does not import app.
+//
+//	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: exec,
+//		GitHub: clients.Installation, Installations: installations,
+//		Logger: log, Registerer: reg})
+//	// executor.Config.OnFinished: q.OnOperationFinished
+//	// the event dispatcher: subscribe a handler for q.Events() that calls
+//	// q.HandleEvent with the delivery (ID, event, action, installation,
+//	// repository, payload), turning a *RetryError into app.RetryAfter and
+//	// ErrInvalidEvent into app.Permanent
+//	// the API: mount mergequeue.NewHandler(q, authorize) at /v1/repos/
+//	err = q.Start(ctx) // … q.Stop(ctx), before the database closes
+//
+// The App needs the permissions it already asks for (pull requests, issues
+// and statuses write; checks read; administration read, for branch
+// protection) and the events pull_request, issue_comment, check_run,
+// check_suite and status.
+//
+// # Logs and metrics
+//
+// Log lines carry event ("mergequeue.joined", "mergequeue.bounced", …),
+// repository, pr, deliveryId, installationId and operationId; never payloads,
+// comment bodies, tokens or e-mail addresses. Metrics:
+// baton_mergequeue_changes_total{action}, baton_mergequeue_events_total{result}
+// and baton_mergequeue_reconciles_total{result}.
+package mergequeue

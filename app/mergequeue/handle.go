@@ -1,0 +1,106 @@
+package mergequeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// HandleEvent acts on one webhook delivery of the events Events lists.
+// It returns nil once the delivery is handled (including every delivery
+// the queue has nothing to do with), a *RetryError when it must be handed
+// over again later (the repository's lease is held; never drop it), an
+// error wrapping ErrInvalidEvent for a payload it cannot use, and other
+// errors for failures worth retrying with backoff (GitHub or the database
+// unavailable).
+//
+// The delivery is handled under the repository's lease, and everything it
+// changes is committed in one transaction fenced by that lease. Handling
+// the same delivery again finds the operations it submitted the first
+// time: their idempotency keys contain the delivery ID.
+func (q *Queue) HandleEvent(ctx context.Context, ev Event) (err error) {
+	result := "handled"
+	defer func() {
+		var re *RetryError
+		switch {
+		case errors.Is(err, ErrInvalidEvent):
+			result = "invalid"
+		case errors.As(err, &re):
+			result = "retry"
+		case err != nil:
+			result = "error"
+		}
+		q.metrics.events.WithLabelValues(result).Inc()
+	}()
+	in, err := q.parse(ev)
+	if err != nil {
+		return err
+	}
+	if in == nil {
+		result = "ignored"
+		return nil
+	}
+	owner, name, inst, err := eventRepo(ev)
+	if err != nil {
+		return err
+	}
+	if ev.DeliveryID == "" {
+		return fmt.Errorf("%w: %s without a delivery ID", ErrInvalidEvent, ev.Name)
+	}
+	concerns, err := q.concerns(ctx, owner, name, in)
+	if err != nil {
+		return err
+	}
+	if !concerns {
+		result = "ignored"
+		return nil
+	}
+	pr := in.pr
+	err = q.withRepo(ctx, inst, owner, name, deliveryTrigger(ev, pr), func(r *run) error { return r.apply(in) })
+	if err != nil {
+		q.log.Debug("event not handled yet", zap.String(logEvent, "mergequeue.event_deferred"), zap.String(logRepository, owner+"/"+name),
+			zap.String(logDeliveryID, ev.DeliveryID), zap.String(logGitHubEvent, ev.Name), zap.String(logAction, ev.Action),
+			zap.Int(logPR, pr), zap.Error(err))
+	}
+	return err
+}
+
+// concerns tells, from the state as it stands (a read, without the
+// lease), whether an event about pull requests or commits the queue may
+// hold can change anything: a check completing on a commit no pull request
+// waiting for its gate is at, or a pull request outside the queue being
+// closed, pushed to or unlabeled, cannot, and is not worth taking the
+// lease (CI reports many checks). Whoever later puts such a pull request or commit in the
+// queue reads GitHub's current state then, so nothing is missed. Joins and
+// commands always take the lease.
+func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (bool, error) {
+	switch in.kind {
+	case intentJoin, intentCommand:
+		return true, nil
+	}
+	st, err := loadRepo(ctx, q.cfg.DB, nameKey(owner, name))
+	if err != nil {
+		return false, err
+	}
+	for _, e := range st.entries {
+		switch in.kind {
+		case intentGate:
+			// A gate decided (passed, or failed and bounced) is not read
+			// again until the head moves.
+			if e.sha == in.sha && (e.status == StatusQueued || e.status == StatusEvaluating) {
+				return true, nil
+			}
+		case intentReevaluate:
+			if e.pr == in.pr && e.status != StatusBounced {
+				return true, nil
+			}
+		default: // leave, closed: a bounced entry is cleared too
+			if e.pr == in.pr {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

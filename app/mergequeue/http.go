@@ -1,0 +1,179 @@
+package mergequeue
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// statusOf maps error codes to HTTP statuses, as baton's API does.
+var statusOf = map[schema.Code]int{
+	schema.CodeInvalidRequest: http.StatusBadRequest,
+	schema.CodeUnauthorized:   http.StatusUnauthorized,
+	schema.CodeForbidden:      http.StatusForbidden,
+	schema.CodeNotFound:       http.StatusNotFound,
+	schema.CodeLeaseHeld:      http.StatusConflict,
+	schema.CodeLeaseLost:      http.StatusConflict,
+}
+
+// EventLogBody is the answer of GET …/queue/events.
+type EventLogBody struct {
+	Repository string        `json:"repository"`
+	Events     []EventRecord `json:"events"`
+}
+
+// AuditLogBody is the answer of GET …/queue/audit.
+type AuditLogBody struct {
+	Repository string        `json:"repository"`
+	Audit      []AuditRecord `json:"audit"`
+}
+
+// NewHandler returns the HTTP handler of the merge queue's routes:
+//
+//	GET  /v1/repos/{owner}/{repo}/queue            State: the entries, with positions
+//	GET  /v1/repos/{owner}/{repo}/queue/events     EventLogBody, oldest first
+//	GET  /v1/repos/{owner}/{repo}/queue/audit      AuditLogBody, oldest first
+//	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held
+//
+// Mount it at /v1/repos/ behind the API's authentication. authorize is
+// called for every request with a well-formed repository, before anything
+// is read: it returns nil to allow the request, or an error carrying a
+// code (schema's unauthorized, forbidden or not_found) to refuse it; an
+// error without a code is answered 500. Errors are baton's API errors:
+// {"error": {"code", "message", "details"?}}.
+func NewHandler(q *Queue, authorize func(r *http.Request, owner, repo string) error) http.Handler {
+	h := &handler{q: q, authorize: authorize}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue", h.route(http.MethodGet, h.entries))
+	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/events", h.route(http.MethodGet, h.events))
+	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/audit", h.route(http.MethodGet, h.audit))
+	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/reconcile", h.route(http.MethodPost, h.reconcile))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, schema.Errorf(schema.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+type handler struct {
+	q         *Queue
+	authorize func(r *http.Request, owner, repo string) error
+}
+
+type repoHandler func(w http.ResponseWriter, r *http.Request, owner, repo string)
+
+func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
+			w.Header().Set("Allow", method)
+			h.write(w, http.StatusMethodNotAllowed, errorBody(schema.CodeInvalidRequest, "method "+r.Method+" not allowed; use "+method, nil))
+			return
+		}
+		owner, repo := r.PathValue("owner"), r.PathValue("repo")
+		if !ValidRepository(owner, repo) {
+			h.fail(w, r, schema.Invalidf("%q is not a repository (OWNER/REPO)", owner+"/"+repo))
+			return
+		}
+		if h.authorize == nil {
+			h.fail(w, r, errors.New("mergequeue: no authorize function"))
+			return
+		}
+		if err := h.authorize(r, owner, repo); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		fn(w, r, owner, repo)
+	}
+}
+
+func (h *handler) entries(w http.ResponseWriter, r *http.Request, owner, repo string) {
+	s, err := h.q.Entries(r.Context(), owner, repo)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.write(w, http.StatusOK, s)
+}
+
+func (h *handler) events(w http.ResponseWriter, r *http.Request, owner, repo string) {
+	ev, err := h.q.EventLog(r.Context(), owner, repo)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.write(w, http.StatusOK, EventLogBody{Repository: owner + "/" + repo, Events: ev})
+}
+
+func (h *handler) audit(w http.ResponseWriter, r *http.Request, owner, repo string) {
+	a, err := h.q.AuditLog(r.Context(), owner, repo)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.write(w, http.StatusOK, AuditLogBody{Repository: owner + "/" + repo, Audit: a})
+}
+
+func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo string) {
+	inst, err := h.q.installationOf(r.Context(), owner, repo)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if inst == 0 {
+		h.fail(w, r, schema.Errorf(schema.CodeNotFound, "baton has no merge queue for %s/%s and no installation covers it", owner, repo))
+		return
+	}
+	rep, err := h.q.reconcile(r.Context(), inst, owner, repo, false)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if rep.Skipped {
+		h.write(w, http.StatusConflict, errorBody(schema.CodeLeaseHeld, rep.SkipReason, map[string]any{
+			"owner": rep.LeaseOwner, "expiresIn": rep.LeaseExpiresInSeconds,
+		}))
+		return
+	}
+	h.write(w, http.StatusOK, rep)
+}
+
+func errorBody(code schema.Code, msg string, details map[string]any) map[string]any {
+	e := map[string]any{"code": code, "message": msg}
+	if len(details) > 0 {
+		e["details"] = details
+	}
+	return map[string]any{"error": e}
+}
+
+// fail answers err with its code's status; an error without a code is
+// logged and answered as internal.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := schema.ErrorCode(err)
+	status, ok := statusOf[code]
+	if !ok {
+		h.q.log.Error("merge queue API error", zap.String(logEvent, "mergequeue.api_error"),
+			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
+		h.write(w, http.StatusInternalServerError, errorBody(schema.CodeInternal, "internal error", nil))
+		return
+	}
+	h.write(w, status, errorBody(code, schema.PublicMessage(err), schema.ErrorDetails(err)))
+}
+
+func (h *handler) write(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+	}
+	body = append(body, '\n')
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

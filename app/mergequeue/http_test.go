@@ -1,0 +1,146 @@
+package mergequeue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// authorizeBearer allows "Bearer good" on every repository and "Bearer
+// other" on none, the way the API's token check answers.
+func authorizeBearer(r *http.Request, owner, repo string) error {
+	switch r.Header.Get("Authorization") {
+	case "Bearer good":
+		return nil
+	case "Bearer other":
+		return schema.Errorf(schema.CodeForbidden, "the token may not act on %s/%s", owner, repo)
+	}
+	return schema.ErrUnauthorized
+}
+
+type apiAnswer struct {
+	status int
+	body   map[string]any
+	raw    string
+}
+
+func call(t *testing.T, srv *httptest.Server, method, path, token string) apiAnswer {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := apiAnswer{status: resp.StatusCode, raw: string(b)}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	if err := json.Unmarshal(b, &a.body); err != nil {
+		t.Fatalf("%s %s: %v: %s", method, path, err, b)
+	}
+	return a
+}
+
+func errorCode(a apiAnswer) string {
+	e, _ := a.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func TestHTTPRoutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "api"
+	s.repo(t, repo, 2, []string{"ci"})
+	for n := 1; n <= 2; n++ {
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil { // no webhooks: the event is sent below
+			t.Fatal(err)
+		}
+		if err := s.q.HandleEvent(ctx, labelEvent(repo, n, "labeled", fmt.Sprintf("api-%d", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
+	t.Cleanup(srv.Close)
+	base := "/v1/repos/octo/" + repo + "/queue"
+
+	a := call(t, srv, "GET", base, "good")
+	var st mergequeue.State
+	if err := json.Unmarshal([]byte(a.raw), &st); err != nil || a.status != 200 {
+		t.Fatalf("GET queue: %d %s", a.status, a.raw)
+	}
+	if st.Repository != "octo/"+repo || st.InstallationID != 1 || len(st.Entries) != 2 ||
+		st.Entries[0].Position != 1 || st.Entries[0].PRNumber != 1 || st.Entries[1].Position != 2 ||
+		st.Entries[1].Status != mergequeue.StatusEvaluating || !schema.ValidSHA(st.Entries[1].PRSHA) {
+		t.Errorf("GET queue: %s", a.raw)
+	}
+	if a := call(t, srv, "GET", base+"/events", "good"); a.status != 200 || len(a.body["events"].([]any)) != 2 {
+		t.Errorf("GET events: %d %s", a.status, a.raw)
+	}
+	if a := call(t, srv, "GET", base+"/audit", "good"); a.status != 200 || len(a.body["audit"].([]any)) != 2 {
+		t.Errorf("GET audit: %d %s", a.status, a.raw)
+	}
+	a = call(t, srv, "POST", base+"/reconcile", "good")
+	if a.status != 200 || a.body["skipped"] != false || a.body["entries"] != float64(2) {
+		t.Errorf("POST reconcile: %d %s", a.status, a.raw)
+	}
+	if st, _ := s.q.Entries(ctx, "octo", repo); st.ReconciledAt == nil {
+		t.Error("reconciledAt not set")
+	}
+
+	// A reconcile that finds the lease held: 409 lease_held, naming the
+	// holder.
+	l, err := s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "someone-else", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = call(t, srv, "POST", base+"/reconcile", "good")
+	if d, _ := a.body["error"].(map[string]any)["details"].(map[string]any); a.status != 409 || errorCode(a) != "lease_held" || d["owner"] != "someone-else" {
+		t.Errorf("POST reconcile, lease held: %d %s", a.status, a.raw)
+	}
+	if err := s.coord.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		method, path, token string
+		status              int
+		code                string
+	}{
+		{"GET", base, "", 401, "unauthorized"},
+		{"GET", base, "other", 403, "forbidden"},
+		{"POST", base + "/reconcile", "other", 403, "forbidden"},
+		{"POST", base, "good", 405, "invalid_request"},
+		{"GET", base + "/reconcile", "good", 405, "invalid_request"},
+		{"GET", "/v1/repos/-octo/" + repo + "/queue", "good", 400, "invalid_request"},
+		{"GET", "/v1/repos/octo/" + strings.Repeat("r", 101) + "/queue", "good", 400, "invalid_request"},
+		{"GET", base + "/nope", "good", 404, "not_found"},
+		{"POST", "/v1/repos/octo/unknown/queue/reconcile", "good", 404, "not_found"},
+	} {
+		if a := call(t, srv, c.method, c.path, c.token); a.status != c.status || errorCode(a) != c.code {
+			t.Errorf("%s %s (%s): %d %s, want %d %s", c.method, c.path, c.token, a.status, a.raw, c.status, c.code)
+		}
+	}
+	// A repository without a queue has an empty one.
+	if a := call(t, srv, "GET", "/v1/repos/octo/unknown/queue", "good"); a.status != 200 || len(a.body["entries"].([]any)) != 0 {
+		t.Errorf("GET an unknown queue: %d %s", a.status, a.raw)
+	}
+}

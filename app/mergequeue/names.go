@@ -1,0 +1,99 @@
+package mergequeue
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// GitHub's rules for account and repository names, loosely: the queue
+// only needs to refuse what cannot be a repository before it asks.
+var (
+	ownerRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$`)
+	repoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+)
+
+// ValidRepository reports whether owner and name can name a GitHub
+// repository.
+func ValidRepository(owner, name string) bool {
+	return ownerRE.MatchString(owner) && repoRE.MatchString(name) && name != "." && name != ".."
+}
+
+func splitFullName(full string) (owner, name string, ok bool) {
+	owner, name, ok = strings.Cut(full, "/")
+	if !ok || !ValidRepository(owner, name) {
+		return "", "", false
+	}
+	return owner, name, true
+}
+
+// nameKey is the key of a repository's state: its full name in lower case,
+// as GitHub's names are case-insensitive.
+func nameKey(owner, name string) string { return strings.ToLower(owner + "/" + name) }
+
+// LeaseKey is the repository lease every change to a repository's queue is
+// made under: "repo:<owner>/<name>", lower-cased.
+func LeaseKey(owner, name string) string { return "repo:" + nameKey(owner, name) }
+
+// MergeKey is the idempotency key of the merge of pull request n at sha:
+// "merge:<owner>/<name>#<n>@<sha>", with the repository lower-cased so
+// that every path to the merge names the same operation.
+func MergeKey(owner, name string, n int, sha string) string {
+	return "merge:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + "@" + sha
+}
+
+// opKey derives the idempotency key of a piece of work done for one
+// trigger: "<trigger>:mergequeue:<part>:<part>…". A trigger is a webhook
+// delivery ("delivery:<guid>", the form app.DeliveryKey uses), a reconcile
+// run or a finished operation, so running the same trigger again (after a
+// retry or a crash) finds the operations it already created. Keys longer
+// than an idempotency key may be end with the SHA-256 of their parts.
+func opKey(trigger string, parts ...string) string {
+	key := trigger + ":mergequeue"
+	tail := strings.Join(parts, ":")
+	if len(key)+1+len(tail) <= 255 {
+		return key + ":" + tail
+	}
+	sum := sha256.Sum256([]byte(tail))
+	return key + ":sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ordinal writes n as "1st", "2nd", "3rd", "4th", "11th", "21st"…
+func ordinal(n int) string {
+	s := strconv.Itoa(n)
+	if n%100 >= 11 && n%100 <= 13 {
+		return s + "th"
+	}
+	switch n % 10 {
+	case 1:
+		return s + "st"
+	case 2:
+		return s + "nd"
+	case 3:
+		return s + "rd"
+	}
+	return s + "th"
+}
+
+func shortSHA(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,44 @@
+package mergequeue
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
+		if got := ordinal(n); got != want {
+			t.Errorf("ordinal(%d) = %s", n, got)
+		}
+	}
+	if got := LeaseKey("Octo", "Demo"); got != "repo:octo/demo" {
+		t.Errorf("LeaseKey: %s", got)
+	}
+	if got := MergeKey("Octo", "Demo", 4, "abc"); got != "merge:octo/demo#4@abc" {
+		t.Errorf("MergeKey: %s", got)
+	}
+	short := opKey("delivery:1234", "status", "#4@abc", "2")
+	if short != "delivery:1234:mergequeue:status:#4@abc:2" {
+		t.Errorf("opKey: %s", short)
+	}
+	long := opKey("delivery:1234", "status", "#4@"+strings.Repeat("a", 300), "2")
+	if len(long) > 255 || long != opKey("delivery:1234", "status", "#4@"+strings.Repeat("a", 300), "2") ||
+		long == opKey("delivery:1234", "status", "#4@"+strings.Repeat("a", 300), "3") || !strings.HasPrefix(long, "delivery:1234:mergequeue:sha256:") {
+		t.Errorf("long opKey: %s", long)
+	}
+	for _, c := range []struct {
+		owner, name string
+		ok          bool
+	}{{"octo", "demo", true}, {"o-c-t-o", "my.repo_x", true}, {"-octo", "demo", false}, {"octo", "..", false},
+		{"octo", "a/b", false}, {"", "demo", false}, {strings.Repeat("o", 40), "demo", false}} {
+		if ValidRepository(c.owner, c.name) != c.ok {
+			t.Errorf("ValidRepository(%q, %q) != %v", c.owner, c.name, c.ok)
+		}
+	}
+	for in, want := range map[string]string{"héllo wörld": "hé…", "hé": "hé", "éééé": "é…"} {
+		if got := truncate(in, 6); got != want {
+			t.Errorf("truncate(%q, 6) = %q, want %q", in, got, want)
+		}
+	}
+}

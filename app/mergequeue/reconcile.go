@@ -1,0 +1,380 @@
+package mergequeue
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-github/v62/github"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/schema"
+)
+
+// Report is what one Reconcile did to a repository's queue.
+type Report struct {
+	Repository     string `json:"repository"`
+	InstallationID int64  `json:"installationId"`
+	// Skipped is true when the repository's lease was held (an event
+	// being handled, another reconcile): nothing was done.
+	Skipped    bool   `json:"skipped"`
+	SkipReason string `json:"skipReason,omitempty"`
+	// LeaseOwner and LeaseExpiresInSeconds describe the holder of a lease
+	// that made the reconcile skip.
+	LeaseOwner            string  `json:"leaseOwner,omitempty"`
+	LeaseExpiresInSeconds float64 `json:"leaseExpiresInSeconds,omitempty"`
+	// StaleLease is the expired lease the reconcile took over, if any (its
+	// holder crashed or hung mid-event).
+	StaleLease *StaleLease `json:"staleLease,omitempty"`
+	// The pull requests the reconcile put in the queue, took out, found
+	// merged, moved to a new head, or bounced, by number.
+	Joined      []int `json:"joined"`
+	Left        []int `json:"left"`
+	Merged      []int `json:"merged"`
+	Reevaluated []int `json:"reevaluated"`
+	Bounced     []int `json:"bounced"`
+	// BouncedCleared are bounced entries removed (their label is gone,
+	// the pull request closed or moved on).
+	BouncedCleared []int `json:"bouncedCleared"`
+	// LabelRemovals are bounced pull requests still carrying the label,
+	// whose label removal was asked for again.
+	LabelRemovals []int `json:"labelRemovals"`
+	// Entries is the length of the queue afterwards.
+	Entries int `json:"entries"`
+}
+
+// StaleLease is an expired repository lease a reconcile took over.
+type StaleLease struct {
+	Owner             string  `json:"owner"`
+	Token             int64   `json:"token"`
+	ExpiredForSeconds float64 `json:"expiredForSeconds"`
+	// Dead is true when it had been expired for more than
+	// Config.StaleLeaseAfter: its holder is gone.
+	Dead bool `json:"dead"`
+}
+
+// Reconcile repairs one repository's queue from GitHub, under the
+// repository's lease: it takes over an expired lease (a holder that
+// crashed mid-event), clears bounced entries whose label is gone, takes
+// out pull requests that were closed, merged or unlabeled, moves entries
+// to their pull request's current head, puts labeled open pull requests
+// that are missing in the queue, re-reads every pending gate, applies the
+// outcome of the head's merge, and rewrites the position statuses. A lease
+// held by a live holder makes it skip (Report.Skipped, with the holder);
+// webhook processing and reconciles never run on a repository at once.
+func (q *Queue) Reconcile(ctx context.Context, installationID int64, owner, repo string) (Report, error) {
+	return q.reconcile(ctx, installationID, owner, repo, false)
+}
+
+func (q *Queue) reconcile(ctx context.Context, inst int64, owner, repo string, canonical bool) (rep Report, err error) {
+	defer func() {
+		result := "done"
+		switch {
+		case err != nil:
+			result = "error"
+		case rep.Skipped:
+			result = "skipped"
+		}
+		q.metrics.reconciles.WithLabelValues(result).Inc()
+	}()
+	rep = Report{Repository: owner + "/" + repo, InstallationID: inst, Joined: []int{}, Left: []int{}, Merged: []int{},
+		Reevaluated: []int{}, Bounced: []int{}, BouncedCleared: []int{}, LabelRemovals: []int{}}
+	if !ValidRepository(owner, repo) {
+		return rep, schema.Invalidf("%q is not a repository name", owner+"/"+repo)
+	}
+	if inst <= 0 {
+		return rep, schema.Invalidf("installation ID %d", inst)
+	}
+	log := q.log.With(zap.String(logRepository, owner+"/"+repo), zap.Int64(logInstallation, inst))
+	skip := func(holder string, left time.Duration) (Report, error) {
+		rep.Skipped, rep.LeaseOwner, rep.LeaseExpiresInSeconds = true, holder, left.Seconds()
+		rep.SkipReason = fmt.Sprintf("the repository lease is held by %s (%s left)", holder, left.Round(time.Millisecond))
+		log.Info("reconcile skipped: the repository lease is held", zap.String(logEvent, "mergequeue.reconcile_skipped"),
+			zap.String(logLeaseOwner, holder), zap.Duration("expiresIn", left))
+		return rep, nil
+	}
+	st, err := q.cfg.Leases.Check(ctx, LeaseKey(owner, repo))
+	if err != nil {
+		return rep, fmt.Errorf("mergequeue: read the lease of %s/%s: %w", owner, repo, err)
+	}
+	if st.Locked {
+		return skip(st.Owner, st.ExpiresIn)
+	}
+	id := randomID()
+	trig := trigger{key: "mergequeue-reconcile:" + id, owner: leaseOwner("reconcile:" + id), event: "reconcile", canonical: canonical}
+	err = q.withRepo(ctx, inst, owner, repo, trig, func(r *run) error {
+		rep.Repository = r.fullName()
+		return r.reconcile(&rep)
+	})
+	var held *coordinator.LeaseHeldError
+	if errors.As(err, &held) {
+		return skip(held.Owner, held.ExpiresIn)
+	}
+	if err != nil {
+		log.Warn("reconcile failed", zap.String(logEvent, "mergequeue.reconcile_failed"), zap.Error(err))
+		return rep, err
+	}
+	log.Info("queue reconciled", zap.String(logEvent, "mergequeue.reconciled"), zap.Int("entries", rep.Entries),
+		zap.Ints("joined", rep.Joined), zap.Ints("left", rep.Left), zap.Ints("merged", rep.Merged),
+		zap.Ints("reevaluated", rep.Reevaluated), zap.Ints("bounced", rep.Bounced), zap.Ints("bouncedCleared", rep.BouncedCleared))
+	return rep, nil
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// reconcile is Reconcile's work under the lease.
+func (r *run) reconcile(rep *Report) error {
+	if p := r.lease.Preempted; p != nil {
+		rep.StaleLease = &StaleLease{Owner: p.Owner, Token: p.Token, ExpiredForSeconds: p.ExpiredFor.Seconds(),
+			Dead: p.ExpiredFor > r.q.cfg.StaleLeaseAfter}
+		if rep.StaleLease.Dead {
+			r.log.Warn("dead repository lease force-released", zap.String(logEvent, "mergequeue.stale_lease_released"),
+				zap.String(logLeaseOwner, p.Owner), zap.Duration("expiredFor", p.ExpiredFor))
+		}
+		r.note("took over the lease of %s, expired for %s", p.Owner, p.ExpiredFor.Round(time.Second))
+	}
+	if r.st.id == 0 && !r.trig.canonical {
+		if err := r.canonicalName(); err != nil {
+			return err
+		}
+	}
+	open, err := r.openPulls()
+	if err != nil {
+		return err
+	}
+	labeled := func(pr *github.PullRequest) bool {
+		return slices.ContainsFunc(pr.Labels, func(l *github.Label) bool { return strings.EqualFold(l.GetName(), r.q.cfg.Label) })
+	}
+	for _, e := range slices.Clone(r.st.entries) {
+		pr := open[e.pr]
+		if e.status == StatusBounced {
+			if pr == nil || !labeled(pr) || pr.GetHead().GetSHA() != e.sha {
+				r.remove(e)
+				rep.BouncedCleared = append(rep.BouncedCleared, e.pr)
+				continue
+			}
+			// The label removal asked for at the bounce has not happened
+			// (or failed): ask again, or the label keeps saying "queued".
+			if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(e.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label},
+				"unlabel", "#"+strconv.Itoa(e.pr)); err != nil {
+				return err
+			}
+			rep.LabelRemovals = append(rep.LabelRemovals, e.pr)
+			continue
+		}
+		switch {
+		case pr == nil:
+			cur, err := r.getPull(e.pr)
+			if err != nil {
+				return err
+			}
+			if cur != nil && cur.GetMerged() {
+				if err := r.merged(e, "merged (found by reconcile)"); err != nil {
+					return err
+				}
+			} else {
+				r.remove(e)
+				r.audit(AuditLeave, e.pr, e.sha, "closed (found by reconcile)")
+			}
+		case !labeled(pr):
+			r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)")
+			if err := r.leftStatus(e.pr); err != nil {
+				return err
+			}
+		case pr.GetHead().GetSHA() != e.sha:
+			if err := r.moveTo(e, pr); err != nil {
+				return err
+			}
+		default:
+			if b := pr.GetBase().GetRef(); b != "" && b != e.base {
+				e.base, e.dirty = b, true
+			}
+			if err := r.evaluate(e); err != nil {
+				return err
+			}
+		}
+	}
+	numbers := make([]int, 0, len(open))
+	for n := range open {
+		numbers = append(numbers, n)
+	}
+	slices.Sort(numbers)
+	for _, n := range numbers {
+		if pr := open[n]; labeled(pr) && r.find(n) == nil {
+			if err := r.joinPull(pr, "label "+r.q.cfg.Label+" (found by reconcile)"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := r.settle(); err != nil {
+		return err
+	}
+	for _, a := range r.audits {
+		switch a.action {
+		case AuditJoin:
+			rep.Joined = append(rep.Joined, a.pr)
+		case AuditLeave:
+			rep.Left = append(rep.Left, a.pr)
+		case AuditMerge:
+			rep.Merged = append(rep.Merged, a.pr)
+		case AuditReevaluate:
+			rep.Reevaluated = append(rep.Reevaluated, a.pr)
+		case AuditBounce:
+			rep.Bounced = append(rep.Bounced, a.pr)
+		}
+	}
+	rep.Entries = len(r.active())
+	r.reconciled = true
+	if len(r.audits) > 0 || len(rep.BouncedCleared) > 0 || len(rep.LabelRemovals) > 0 {
+		r.note("reconciled: %d joined, %d left, %d merged, %d re-evaluated, %d bounced, %d bounced entries cleared",
+			len(rep.Joined), len(rep.Left), len(rep.Merged), len(rep.Reevaluated), len(rep.Bounced), len(rep.BouncedCleared))
+	}
+	return nil
+}
+
+// canonicalName replaces the repository's name, as a caller spelled it,
+// with GitHub's spelling.
+func (r *run) canonicalName() error {
+	gh, err := r.github()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.q.cfg.GitHubTimeout)
+	defer cancel()
+	repo, resp, err := gh.Repositories.Get(ctx, r.owner, r.name)
+	if isNotFound(resp) {
+		return schema.Errorf(schema.CodeNotFound, "repository %s not found", r.fullName())
+	}
+	if err != nil {
+		return fmt.Errorf("read repository: %w", err)
+	}
+	if o, n, ok := splitFullName(repo.GetFullName()); ok && nameKey(o, n) == r.key {
+		r.owner, r.name = o, n
+	}
+	return nil
+}
+
+// openPulls lists the repository's open pull requests, by number.
+func (r *run) openPulls() (map[int]*github.PullRequest, error) {
+	gh, err := r.github()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.q.cfg.GitHubTimeout)
+	defer cancel()
+	out := map[int]*github.PullRequest{}
+	opts := &github.PullRequestListOptions{State: "open", ListOptions: github.ListOptions{PerPage: 100}}
+	for {
+		prs, resp, err := gh.PullRequests.List(ctx, r.owner, r.name, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list open pull requests: %w", err)
+		}
+		for _, pr := range prs {
+			out[pr.GetNumber()] = pr
+		}
+		if resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+// ReconcileAll reconciles every repository the queue has state for, and
+// those Config.Repositories lists (a repository without state and without
+// labeled pull requests is left without state), a few at a time. A
+// repository whose lease is held is skipped (its report says so). It
+// returns the reports, sorted by repository, and the errors joined.
+func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
+	known, err := knownRepos(ctx, q.cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	if q.cfg.Repositories != nil {
+		more, err := q.cfg.Repositories(ctx)
+		if err != nil {
+			q.log.Warn("listing the repositories to reconcile failed; reconciling those with state", zap.String(logEvent, "mergequeue.list_failed"), zap.Error(err))
+		}
+		known = append(known, more...)
+	}
+	seen := map[string]bool{}
+	var (
+		mu      sync.Mutex
+		reports []Report
+		errs    []error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, q.cfg.ReconcileConcurrency)
+	)
+	for _, repo := range known {
+		owner, name, ok := splitFullName(repo.FullName)
+		if !ok || repo.InstallationID <= 0 || seen[nameKey(owner, name)] {
+			continue
+		}
+		seen[nameKey(owner, name)] = true
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return reports, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			// Names from the state and from GitHub are spelled as GitHub
+			// spells them.
+			rep, err := q.reconcile(ctx, repo.InstallationID, owner, name, true)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", repo.FullName, err))
+				return
+			}
+			reports = append(reports, rep)
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(reports, func(a, b Report) int {
+		return cmp.Compare(strings.ToLower(a.Repository), strings.ToLower(b.Repository))
+	})
+	return reports, errors.Join(errs...)
+}
+
+// reconcileLoop runs ReconcileAll every ReconcileInterval, each pass
+// scheduled after the previous one finished.
+func (q *Queue) reconcileLoop(ctx context.Context) {
+	t := q.cfg.Clock.NewTimer(q.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		reports, err := q.ReconcileAll(ctx)
+		if err != nil && ctx.Err() == nil {
+			q.log.Error("reconcile pass failed for some repositories", zap.String(logEvent, "mergequeue.reconcile_failed"), zap.Error(err))
+		}
+		skipped := 0
+		for _, r := range reports {
+			if r.Skipped {
+				skipped++
+			}
+		}
+		q.log.Debug("reconcile pass done", zap.String(logEvent, "mergequeue.reconcile_pass"),
+			zap.Int("repositories", len(reports)), zap.Int("skipped", skipped))
+		t.Reset(q.cfg.ReconcileInterval)
+	}
+}

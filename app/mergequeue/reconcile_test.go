@@ -1,0 +1,250 @@
+package mergequeue_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/schema"
+)
+
+// A process killed mid-event leaves a lease nobody renews and a queue that
+// no longer matches GitHub; one reconcile repairs both.
+func TestReconcileRepairsWhatACrashLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{fakeClock: true, noWebhooks: true})
+	const repo = "crash"
+	s.repo(t, repo, 6, []string{"ci"})
+	sha := map[int]string{}
+	for n := 1; n <= 6; n++ {
+		sha[n] = s.pull(t, repo, n).HeadSHA
+	}
+	// GitHub as it stands (baton heard none of it): #1, #2, #3, #6
+	// labeled, #2 pushed to, #5 labeled then closed, #4 never labeled; #6
+	// merged by the crashed process's merge operation.
+	for _, n := range []int{1, 2, 3, 5, 6} {
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.sim.ClosePull("octo", repo, 5, true, "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	newSHA2, err := s.sim.PushPull("octo", repo, 2, "", "monalisa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ sha, status, conclusion string }{
+		{sha[1], "completed", "success"}, {newSHA2, "completed", "success"}, {sha[3], "in_progress", ""}, {sha[6], "completed", "success"},
+	} {
+		if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: c.sha, Status: c.status, Conclusion: c.conclusion}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload, _ := json.Marshal(schema.MergePayload{SHA: sha[6], Method: "merge"})
+	merge6, _, err := s.exec.Submit(ctx, "github:1", schema.Submission{IdempotencyKey: mergequeue.MergeKey("octo", repo, 6, sha[6]),
+		Action: schema.ActionMerge, Resource: schema.Resource{Type: "pull_request", ID: "octo/" + repo + "#6"}, Payload: payload, InstallationID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "#6 merged by the crashed process's operation, and its outcome applied", func() bool {
+		// The queue learns of the merge (OnOperationFinished) and, having
+		// no state for the repository, changes nothing.
+		h, err := s.coord.History(ctx, mergequeue.LeaseKey("octo", repo))
+		return err == nil && s.pull(t, repo, 6).Merged && slices.ContainsFunc(h, func(e coordinator.Event) bool {
+			return e.Kind == coordinator.EventReleased && strings.HasPrefix(e.Owner, "mergequeue:operation:"+merge6.OperationID)
+		})
+	})
+	if st, _ := s.q.Entries(ctx, "octo", repo); st.InstallationID != 0 {
+		t.Fatalf("state written for a repository without a queue: %+v", st)
+	}
+
+	// The queue as the crash left it: #6 at the head, its merge submitted
+	// but not recorded; #2 at its old head; #4, whose label is gone; #5
+	// bounced; nothing of #1 and #3.
+	now := s.clock.Now().UnixMicro()
+	err = s.db.Write(ctx, func(tx *sqlite.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO mergequeue_repos (name_key, full_name, installation_id, created_at, updated_at) VALUES ('octo/crash', 'octo/crash', 1, ?, ?)`, now, now); err != nil {
+			return err
+		}
+		for _, e := range []struct {
+			n      int
+			sha    string
+			status string
+		}{{6, sha[6], "gate_passed"}, {2, sha[2], "evaluating"}, {4, sha[4], "queued"}, {5, sha[5], "bounced"}} {
+			if _, err := tx.Exec(`INSERT INTO mergequeue_entries (repo_id, pr_number, pr_sha, base_ref, status, queued_at)
+				SELECT id, ?, ?, 'main', ?, ? FROM mergequeue_repos WHERE name_key = 'octo/crash'`, e.n, e.sha, e.status, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crashed holder's lease, dead for two minutes.
+	if _, err := s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "mergequeue:delivery:crashed", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(30*time.Second + 2*time.Minute)
+
+	rep, err := s.q.Reconcile(ctx, 1, "octo", repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Skipped || rep.StaleLease == nil || rep.StaleLease.Owner != "mergequeue:delivery:crashed" || !rep.StaleLease.Dead {
+		t.Fatalf("report: %+v (stale lease %+v)", rep, rep.StaleLease)
+	}
+	if !slices.Equal(rep.Joined, []int{1, 3}) || !slices.Equal(rep.Left, []int{4}) || !slices.Equal(rep.Merged, []int{6}) ||
+		!slices.Equal(rep.Reevaluated, []int{2}) || !slices.Equal(rep.BouncedCleared, []int{5}) || rep.Entries != 3 {
+		t.Errorf("report: %+v", rep)
+	}
+	if got := s.queueOrder(t, repo); !slices.Equal(got, []int{2, 1, 3}) {
+		t.Errorf("queue after the reconcile: %v", got)
+	}
+	if e, _ := s.entryOf(t, repo, 2); e.PRSHA != newSHA2 {
+		t.Errorf("#2 at %s, not its head %s", e.PRSHA, newSHA2)
+	}
+	h, err := s.coord.History(ctx, mergequeue.LeaseKey("octo", repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(h, func(e coordinator.Event) bool {
+		return e.Kind == coordinator.EventPreempted && e.PreviousOwner == "mergequeue:delivery:crashed"
+	}) {
+		t.Errorf("lease history: %+v", h)
+	}
+
+	// The repaired queue runs on: #2 and #1 merge (their checks passed),
+	// in queue order; #3 waits for its check.
+	waitFor(t, 15*time.Second, "#2 then #1 merged", func() bool {
+		return s.pull(t, repo, 2).Merged && s.pull(t, repo, 1).Merged && slices.Equal(s.queueOrder(t, repo), []int{3})
+	})
+	if got := prsOf(auditOf(s.audit(t, repo), mergequeue.AuditMerge)); !slices.Equal(got, []int{6, 2, 1}) {
+		t.Errorf("merges audited: %v", got)
+	}
+	if m := s.mergeOp(t, repo, 6, sha[6]); m.OperationID != merge6.OperationID {
+		t.Errorf("a second merge operation for #6")
+	}
+	// A second reconcile finds nothing to repair (once the last merge's
+	// outcome, applied under the same lease, is done).
+	waitFor(t, 10*time.Second, "a second reconcile", func() bool {
+		if rep, err = s.q.Reconcile(ctx, 1, "octo", repo); err != nil {
+			t.Fatal(err)
+		}
+		return !rep.Skipped
+	})
+	if rep.StaleLease != nil || len(rep.Joined)+len(rep.Left)+len(rep.Merged)+len(rep.Reevaluated)+len(rep.BouncedCleared)+len(rep.Bounced) != 0 || rep.Entries != 1 {
+		t.Errorf("second reconcile: %+v", rep)
+	}
+}
+
+// A webhook and a reconcile arriving together serialize on the repository
+// lease: whichever comes second waits (the webhook) or skips (the
+// reconcile), and the lease is never held twice.
+func TestWebhookAndReconcileSerialize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "serial"
+	s.repo(t, repo, 2, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "#1 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1}) })
+
+	// The webhook first: #2's join reads the pull request slowly, holding
+	// the lease; a reconcile meanwhile skips, naming the holder.
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls/2", Kind: ghsim.FaultLatency, Latency: time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 2, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the webhook holds the lease", func() bool {
+		st, err := s.coord.Check(ctx, mergequeue.LeaseKey("octo", repo))
+		return err == nil && strings.HasPrefix(st.Owner, "mergequeue:delivery:")
+	})
+	skipped, err := s.q.Reconcile(ctx, 1, "octo", repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !skipped.Skipped || !strings.HasPrefix(skipped.LeaseOwner, "mergequeue:delivery:") || !strings.Contains(skipped.SkipReason, "held by") {
+		t.Errorf("reconcile while the webhook holds the lease: %+v", skipped)
+	}
+	waitFor(t, 10*time.Second, "#2 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1, 2}) })
+
+	// The reconcile first: it lists the pull requests slowly, holding the
+	// lease; a push to #1 meanwhile waits for it (the dispatcher hands the
+	// delivery over again), and is then applied.
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls", Kind: ghsim.FaultLatency, Latency: time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan mergequeue.Report, 1)
+	go func() {
+		for {
+			// The lease may still be held by #2's join a moment longer.
+			rep, err := s.q.Reconcile(ctx, 1, "octo", repo)
+			if err != nil {
+				t.Error(err)
+			}
+			if err != nil || !rep.Skipped {
+				done <- rep
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	waitFor(t, 10*time.Second, "the reconcile holds the lease", func() bool {
+		st, err := s.coord.Check(ctx, mergequeue.LeaseKey("octo", repo))
+		return err == nil && strings.HasPrefix(st.Owner, "mergequeue:reconcile:")
+	})
+	newSHA, err := s.sim.PushPull("octo", repo, 1, "", "monalisa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var push string
+	waitFor(t, 10*time.Second, "the push delivered", func() bool {
+		for _, d := range s.sim.Deliveries() {
+			if d.Event == "pull_request" && d.Action == "synchronize" && strings.Contains(string(d.Payload), `"full_name":"octo/`+repo+`"`) {
+				push = d.GUID
+			}
+		}
+		return push != ""
+	})
+	rep := <-done
+	if rep.Skipped {
+		t.Fatalf("reconcile skipped: %+v", rep)
+	}
+	waitFor(t, 10*time.Second, "the push handled, #1 at its new head", func() bool {
+		rec, err := s.ledger.Get(ctx, push)
+		e, _ := s.entryOf(t, repo, 1)
+		return err == nil && rec.State == "handled" && e.PRSHA == newSHA
+	})
+
+	// The lease's history: every holding ends before the next begins.
+	h, err := s.coord.History(ctx, mergequeue.LeaseKey("octo", repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owners []string
+	for i := 0; i < len(h); i += 2 {
+		if h[i].Kind != coordinator.EventAcquired || i+1 >= len(h) || h[i+1].Kind != coordinator.EventReleased || h[i+1].Token != h[i].Token {
+			t.Fatalf("lease history interleaves at %d: %+v", i, h)
+		}
+		owners = append(owners, h[i].Owner)
+	}
+	reconciled := slices.IndexFunc(owners, func(o string) bool { return strings.HasPrefix(o, "mergequeue:reconcile:") })
+	pushed := slices.Index(owners, "mergequeue:delivery:"+push)
+	if reconciled < 0 || pushed < reconciled {
+		t.Errorf("holders in order %v: the push's (%d) should follow the reconcile's (%d)", owners, pushed, reconciled)
+	}
+}

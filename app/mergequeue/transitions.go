@@ -1,0 +1,351 @@
+package mergequeue
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-github/v62/github"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// apply carries out what one event asks.
+func (r *run) apply(in *intent) error {
+	switch in.kind {
+	case intentJoin:
+		_, err := r.join(in.pr, "label "+r.q.cfg.Label)
+		if err != nil {
+			return err
+		}
+	case intentLeave:
+		r.leave(in.pr, "label "+r.q.cfg.Label+" removed")
+		if err := r.leftStatus(in.pr); err != nil {
+			return err
+		}
+	case intentCommand:
+		if err := r.command(in); err != nil {
+			return err
+		}
+	case intentClosed:
+		if err := r.closed(in.pr, in.merged); err != nil {
+			return err
+		}
+	case intentReevaluate:
+		if err := r.reevaluate(in.pr); err != nil {
+			return err
+		}
+	case intentGate:
+		for _, e := range r.active() {
+			if e.sha == in.sha {
+				if r.trig.pr == 0 {
+					r.trig.pr = e.pr // the event log's pull request
+				}
+				if err := r.evaluate(e); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return r.settle()
+}
+
+// join puts pull request n at the end of the queue, at its current head,
+// and evaluates its gate at once (its checks may have passed already). A
+// pull request in the queue stays where it is: already_queued.
+func (r *run) join(n int, via string) (*github.PullRequest, error) {
+	if e := r.find(n); e != nil && e.status != StatusBounced {
+		r.note("#%d already_queued", n)
+		return nil, nil
+	}
+	pr, err := r.getPull(n)
+	if err != nil {
+		return nil, err
+	}
+	if pr == nil {
+		r.note("#%d is not a pull request; not queued", n)
+		return nil, nil
+	}
+	if pr.GetState() != "open" {
+		r.note("#%d is %s; not queued", n, pr.GetState())
+		return nil, nil
+	}
+	return pr, r.joinPull(pr, via)
+}
+
+// joinPull puts an open pull request at the end of the queue.
+func (r *run) joinPull(pr *github.PullRequest, via string) error {
+	n := pr.GetNumber()
+	if e := r.find(n); e != nil {
+		r.remove(e) // bounced before; it joins again
+	}
+	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued, queuedAt: r.now}
+	r.st.entries = append(r.st.entries, e)
+	r.audit(AuditJoin, n, e.sha, via)
+	r.note("#%d joined at %s", n, shortSHA(e.sha))
+	r.logInfo("pull request joined the queue", "mergequeue.joined", n)
+	return r.evaluate(e)
+}
+
+// leave takes pull request n out of the queue; a pull request not in it
+// is left alone (silent success). A bounced entry is cleared.
+func (r *run) leave(n int, why string) {
+	e := r.find(n)
+	switch {
+	case e == nil:
+		r.note("#%d not in the queue", n)
+	case e.status == StatusBounced:
+		r.remove(e)
+		r.note("#%d bounced entry cleared", n)
+	default:
+		r.remove(e)
+		r.audit(AuditLeave, n, e.sha, why)
+		r.note("#%d left (%s)", n, why)
+		r.logInfo("pull request left the queue", "mergequeue.left", n)
+	}
+}
+
+// leftStatus replaces the position status of a pull request that left
+// the queue but is still open.
+func (r *run) leftStatus(n int) error {
+	for _, a := range r.audits {
+		if a.action == AuditLeave && a.pr == n {
+			e := &entry{pr: n, sha: a.sha}
+			return r.status(e, "success", "Not in the merge queue", "left")
+		}
+	}
+	return nil
+}
+
+// closed takes a closed pull request out of the queue: merged (audit
+// merge) or not (audit leave).
+func (r *run) closed(n int, merged bool) error {
+	e := r.find(n)
+	if e == nil {
+		return nil
+	}
+	if e.status == StatusBounced {
+		r.remove(e)
+		r.note("#%d bounced entry cleared (closed)", n)
+		return nil
+	}
+	if merged {
+		return r.merged(e, "pull request merged")
+	}
+	r.remove(e)
+	r.audit(AuditLeave, n, e.sha, "pull request closed")
+	r.note("#%d left (closed)", n)
+	r.logInfo("closed pull request left the queue", "mergequeue.left", n)
+	return nil
+}
+
+// merged takes a merged pull request out of the queue, and turns its
+// position status into a success.
+func (r *run) merged(e *entry, detail string) error {
+	r.remove(e)
+	r.audit(AuditMerge, e.pr, e.sha, detail)
+	r.note("#%d merged at %s", e.pr, shortSHA(e.sha))
+	r.logInfo("pull request merged", "mergequeue.merged", e.pr, zap.String(logOperationID, e.mergeOperationID))
+	return r.status(e, "success", "Merged by the merge queue", "merged")
+}
+
+// reevaluate moves pull request n's entry to its current head after new
+// commits: the gate starts over, the entry keeps its place.
+func (r *run) reevaluate(n int) error {
+	e := r.find(n)
+	if e == nil || e.status == StatusBounced {
+		return nil
+	}
+	pr, err := r.getPull(n)
+	if err != nil {
+		return err
+	}
+	if pr == nil || pr.GetState() != "open" {
+		return nil // the closed event takes it out
+	}
+	return r.moveTo(e, pr)
+}
+
+func (r *run) moveTo(e *entry, pr *github.PullRequest) error {
+	head := pr.GetHead().GetSHA()
+	if head == "" || head == e.sha {
+		return nil
+	}
+	e.sha, e.base, e.status = head, pr.GetBase().GetRef(), StatusQueued
+	e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
+	e.reevaluatedAt, e.dirty = r.now, true
+	r.audit(AuditReevaluate, e.pr, head, "new head")
+	r.note("#%d re-evaluated at %s", e.pr, shortSHA(head))
+	r.logInfo("pull request re-evaluated at its new head", "mergequeue.reevaluated", e.pr)
+	return r.evaluate(e)
+}
+
+// command runs "/baton queue" or "/baton dequeue" for a commenter with
+// write permission; others get a reply saying why nothing happened.
+func (r *run) command(in *intent) error {
+	verb := "queue"
+	if in.dequeue {
+		verb = "dequeue"
+	}
+	ok, perm, err := r.mayWrite(in.user)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		r.note("#%d /baton %s refused: commenter has %s permission", in.pr, verb, perm)
+		r.logInfo("merge queue command refused", "mergequeue.command_refused", in.pr)
+		body := fmt.Sprintf("@%s, `/baton %s` needs write permission on this repository; nothing was changed.", in.user, verb)
+		_, err := r.submit(schema.ActionComment, r.issueResource(in.pr), schema.CommentPayload{Body: body}, "refused", "#"+strconv.Itoa(in.pr))
+		return err
+	}
+	if in.dequeue {
+		r.leave(in.pr, "/baton dequeue by @"+in.user)
+		if err := r.leftStatus(in.pr); err != nil {
+			return err
+		}
+		// The label is the queue's mark on GitHub (a reconcile re-derives
+		// the queue from it): it goes too.
+		_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr))
+		return err
+	}
+	pr, err := r.join(in.pr, "/baton queue by @"+in.user)
+	if err != nil || pr == nil {
+		return err
+	}
+	for _, l := range pr.Labels {
+		if strings.EqualFold(l.GetName(), r.q.cfg.Label) {
+			return nil
+		}
+	}
+	_, err = r.submit(schema.ActionAddLabels, r.issueResource(in.pr), schema.AddLabelsPayload{Labels: []string{r.q.cfg.Label}}, "label", "#"+strconv.Itoa(in.pr))
+	return err
+}
+
+// bounce takes e out of the queue for reason: a comment saying why, the
+// label removed, a failing status, and the entry kept as bounced until its
+// label is gone.
+func (r *run) bounce(e *entry, reason string) error {
+	e.status, e.bounceReason, e.dirty = StatusBounced, truncate(reason, 1000), true
+	r.audit(AuditBounce, e.pr, e.sha, reason)
+	r.note("#%d bounced: %s", e.pr, reason)
+	r.log.Warn("pull request bounced from the queue", zap.String(logEvent, "mergequeue.bounced"), zap.Int(logPR, e.pr),
+		zap.String(logReason, truncate(reason, 200)))
+	n := "#" + strconv.Itoa(e.pr)
+	body := fmt.Sprintf("baton removed this pull request from the merge queue: %s.\n\n"+
+		"Fix it, then add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue.",
+		reason, r.q.cfg.Label)
+	if _, err := r.submit(schema.ActionComment, r.issueResource(e.pr), schema.CommentPayload{Body: truncate(body, 60000)}, "bounce", n+"@"+e.sha); err != nil {
+		return err
+	}
+	if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(e.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", n); err != nil {
+		return err
+	}
+	return r.status(e, "failure", "Bounced from the merge queue: "+reason, "bounced")
+}
+
+// settle merges the head of the queue once its gate has passed, one pull
+// request at a time, and applies the outcome of its merge operation:
+// merged, the next head may merge; refused, the head bounces (or, if its
+// head moved meanwhile, is re-evaluated). Then the position statuses
+// follow the queue.
+func (r *run) settle() error {
+	for range len(r.st.entries) + 2 {
+		act := r.active()
+		if len(act) == 0 || act[0].status != StatusGatePassed {
+			break
+		}
+		head := act[0]
+		rec, err := r.mergeOperation(head)
+		if err != nil {
+			return err
+		}
+		if !rec.Terminal() {
+			break
+		}
+		if rec.Status == schema.StatusSucceeded {
+			if err := r.merged(head, "merged by baton"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.mergeRefused(head, rec); err != nil {
+			return err
+		}
+	}
+	return r.positions()
+}
+
+// mergeOperation returns the merge operation of the head, submitting it if
+// it does not exist yet. Its key names the pull request and the head it
+// was tested at, whoever asks.
+func (r *run) mergeOperation(e *entry) (schema.Record, error) {
+	if e.mergeOperationID != "" {
+		rec, err := r.q.cfg.Operations.Get(r.ctx, e.mergeOperationID)
+		if err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, schema.ErrNotFound) {
+			return rec, fmt.Errorf("mergequeue: read merge operation: %w", err)
+		}
+	}
+	payload := schema.MergePayload{SHA: e.sha, Method: r.q.cfg.MergeMethod}
+	rec, err := r.submitKey(MergeKey(r.owner, r.name, e.pr, e.sha), schema.ActionMerge, r.pullResource(e.pr), payload)
+	if err != nil {
+		return rec, err
+	}
+	if e.mergeOperationID != rec.OperationID {
+		e.mergeOperationID, e.dirty = rec.OperationID, true
+		r.note("#%d merge submitted at %s", e.pr, shortSHA(e.sha))
+		r.logInfo("merge submitted", "mergequeue.merge_submitted", e.pr, zap.String(logOperationID, rec.OperationID))
+	}
+	return rec, nil
+}
+
+// mergeRefused applies a merge operation that did not succeed, after
+// reading the pull request: merged anyway (by someone else), closed, moved
+// to a new head (the merge's sha was stale: re-evaluate), or refused as it
+// stands (bounce).
+func (r *run) mergeRefused(e *entry, rec schema.Record) error {
+	pr, err := r.getPull(e.pr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case pr == nil:
+		r.remove(e)
+		r.audit(AuditLeave, e.pr, e.sha, "pull request not found")
+		return nil
+	case pr.GetMerged():
+		return r.merged(e, "merged outside the queue")
+	case pr.GetState() != "open":
+		return r.closed(e.pr, false)
+	case pr.GetHead().GetSHA() != e.sha:
+		return r.moveTo(e, pr)
+	}
+	why := rec.LastErrorMessage
+	if why == "" {
+		why = string(rec.Status)
+	}
+	if rec.Status == schema.StatusCancelled {
+		why = "the merge operation was cancelled"
+	}
+	return r.bounce(e, "GitHub refused the merge: "+why)
+}
+
+// positions keeps a pending status on each queued head saying its place:
+// "1st in queue", "2nd in queue"…, the head saying it merges.
+func (r *run) positions() error {
+	for i, e := range r.active() {
+		desc, parts := ordinal(i+1)+" in queue", []string{strconv.Itoa(i + 1)}
+		if i == 0 && e.status == StatusGatePassed {
+			desc, parts = "1st in queue, merging", []string{"1", "merging"}
+		}
+		if err := r.status(e, "pending", desc, parts...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
