@@ -71,6 +71,15 @@ type Config struct {
 	// LeaseTTL is the TTL of the lease an operation holds on its resource.
 	// Defaults to 30s.
 	LeaseTTL time.Duration
+	// ReconcileInterval is how often the queue's reconciler looks for
+	// operations the stream should hold but does not (a publish that
+	// failed or was lost) and publishes them again. Defaults to the
+	// queue's default (30s).
+	ReconcileInterval time.Duration
+	// ReconcileMinAge is how long after its last dispatch an unfinished
+	// operation becomes a candidate of the reconciler. Defaults to the
+	// queue's default (1m).
+	ReconcileMinAge time.Duration
 	// Synchronous is SQLite's synchronous setting. Defaults to FULL.
 	Synchronous string
 	// ShutdownTimeout bounds the graceful shutdown. Defaults to 30s.
@@ -151,6 +160,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Workers < 1 || cfg.Workers > 4096 {
 		return nil, fmt.Errorf("workers must be between 1 and 4096, not %d", cfg.Workers)
+	}
+	if cfg.ReconcileInterval < 0 || cfg.ReconcileMinAge < 0 {
+		return nil, errors.New("the reconciler's interval and minimum age must not be negative")
 	}
 	if cfg.AckWait <= cfg.LeaseTTL {
 		return nil, fmt.Errorf("the queue's ack wait (%v) must exceed the lease TTL (%v)", cfg.AckWait, cfg.LeaseTTL)
@@ -336,6 +348,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	// Workers: only with GitHub to work on.
 	if s.gh != nil {
+		if err := s.startMergeQueue(ctx); err != nil {
+			return err
+		}
 		if err := s.installs.Start(ctx); err != nil {
 			return err
 		}
@@ -373,6 +388,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.reconciler, err = queue.NewReconciler(s.broker, queue.ReconcilerConfig{
 		Candidates:     s.exec.DispatchCandidates,
 		MarkDispatched: s.exec.MarkDispatched,
+		Interval:       cfg.ReconcileInterval,
+		MinAge:         cfg.ReconcileMinAge,
 		Logger:         s.log,
 	})
 	if err != nil {

@@ -203,3 +203,79 @@ func TestServerConfigErrors(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// The merge queue runs in the server: a pull request labelled baton:queue
+// whose check passes is merged at its head, through signed webhooks from
+// the simulator; the queue's routes answer as the description says.
+func TestServerMergeQueue(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	sim := srv.Simulator()
+	head := ghsim.DemoHeadSHA(2)
+	run, err := sim.AddCheckRun("octo", "demo", ghsim.NewCheckRun{Name: "ci", HeadSHA: head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddLabel("octo", "demo", 2, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.CompleteCheckRun("octo", "demo", run, "success"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pr, err := sim.Pull("octo", "demo", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pr.Merged {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pull request #2 not merged: %+v", pr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c, err := client.New(srv.URL(), client.WithToken(srv.Dev().Token),
+		client.WithHTTPClient(&http.Client{Transport: &apiSpecTransport{t: t, base: http.DefaultTransport, spec: loadAPISpec(t)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var audit client.QueueAudit
+	for {
+		if audit, err = c.QueueAudit(ctx, "octo", "demo"); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(audit.Audit); n > 0 && audit.Audit[n-1].Action == "merge" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit: %+v", audit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var actions []string
+	for _, a := range audit.Audit {
+		actions = append(actions, a.Action)
+		if a.PRNumber != 2 {
+			t.Errorf("audit entry for #%d", a.PRNumber)
+		}
+	}
+	if actions[0] != "join" {
+		t.Errorf("audit = %v", actions)
+	}
+	if _, err := c.Queue(ctx, "octo", "demo"); err != nil {
+		t.Error(err)
+	}
+	if _, err := c.QueueEvents(ctx, "octo", "demo"); err != nil {
+		t.Error(err)
+	}
+	if _, err := c.ReconcileQueue(ctx, "octo", "demo"); err != nil {
+		t.Error(err)
+	}
+	// A repository baton is not installed on.
+	if _, err := c.Queue(ctx, "elsewhere", "repo"); schema.ErrorCode(err) != schema.CodeNotFound {
+		t.Errorf("unknown repository: %v", err)
+	}
+}

@@ -40,6 +40,7 @@ type serveOptions struct {
 	natsReplicas                                 int
 	workers                                      int
 	leaseTTL, ackWait, shutdownTimeout           time.Duration
+	reconcileInterval, reconcileMinAge           time.Duration
 	synchronous                                  string
 	logLevel, logFormat                          string
 }
@@ -100,6 +101,8 @@ finish or go back to the queue (releasing their leases) within
 	f.IntVar(&o.workers, "workers", 32, "operations run at once")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "TTL of an operation's resource lease (kept alive; at most 5m)")
 	f.DurationVar(&o.ackWait, "ack-wait", 60*time.Second, "queue ack wait (must exceed --lease-ttl)")
+	f.DurationVar(&o.reconcileInterval, "reconcile-interval", 30*time.Second, "how often operations missing from the queue (a failed publish) are found and published again")
+	f.DurationVar(&o.reconcileMinAge, "reconcile-min-age", time.Minute, "how long after its last dispatch an unfinished operation may be published again by the reconciler")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline")
 	f.StringVar(&o.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous setting: FULL|EXTRA|NORMAL")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug|info|warn|error")
@@ -178,6 +181,8 @@ func (o *serveOptions) config() (app.Config, error) {
 		Workers:               o.workers,
 		LeaseTTL:              o.leaseTTL,
 		AckWait:               o.ackWait,
+		ReconcileInterval:     o.reconcileInterval,
+		ReconcileMinAge:       o.reconcileMinAge,
 		ShutdownTimeout:       o.shutdownTimeout,
 		Synchronous:           o.synchronous,
 		Queue: queue.Config{

@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// mergeQueueRoutes are the routes mergequeue.NewHandler serves under
+// /v1/repos/, as the OpenAPI description names them.
+var mergeQueueRoutes = []string{
+	"GET /v1/repos/{owner}/{repo}/queue",
+	"GET /v1/repos/{owner}/{repo}/queue/events",
+	"GET /v1/repos/{owner}/{repo}/queue/audit",
+	"POST /v1/repos/{owner}/{repo}/queue/reconcile",
+}
+
+// mergeQueueFeature subscribes the merge queue to webhook deliveries and
+// operation outcomes: it turns deliveries into the queue's events and the
+// queue's errors into the dispatcher's.
+type mergeQueueFeature struct{ q *mergequeue.Queue }
+
+func (f mergeQueueFeature) Events() []string { return f.q.Events() }
+
+func (f mergeQueueFeature) HandleEvent(ctx context.Context, d Delivery) error {
+	err := f.q.HandleEvent(ctx, mergequeue.Event{
+		DeliveryID:     d.ID,
+		Name:           d.Event,
+		Action:         d.Action,
+		InstallationID: d.InstallationID,
+		Repository:     d.Repository,
+		Payload:        d.Payload,
+	})
+	var re *mergequeue.RetryError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return RetryAfter(re.After, err)
+	case errors.Is(err, mergequeue.ErrInvalidEvent):
+		return Permanent(err)
+	}
+	return err
+}
+
+// OnOperationFinished tells the queue what became of its operations (a
+// merge that succeeded or was refused).
+func (f mergeQueueFeature) OnOperationFinished(rec schema.Record) { f.q.OnOperationFinished(rec) }
+
+// startMergeQueue builds the merge queue, subscribes it and mounts its
+// routes. It runs before the event dispatcher starts.
+func (s *Server) startMergeQueue(ctx context.Context) error {
+	q, err := mergequeue.New(mergequeue.Config{
+		DB:            s.db,
+		Leases:        s.coord,
+		Operations:    s.exec,
+		GitHub:        s.gh.Installation,
+		Installations: s.installs,
+		Repositories: func(ctx context.Context) ([]mergequeue.Repository, error) {
+			all, err := s.installs.ListInstallations(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var out []mergequeue.Repository
+			for _, in := range all {
+				if in.Suspended {
+					continue
+				}
+				for _, r := range in.Repositories {
+					out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: r})
+				}
+			}
+			return out, nil
+		},
+		Logger:     s.log,
+		Registerer: s.reg,
+	})
+	if err != nil {
+		return err
+	}
+	mq := mergeQueueFeature{q}
+	s.dispatcher.Subscribe("mergequeue", mq)
+	s.features = append(s.features, feature{"mergequeue", mq})
+	s.api.HandleAuthenticated("/v1/repos/", mergequeue.NewHandler(q, s.authorizeRepository))
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(q.Stop)
+	return nil
+}
+
+// authorizeRepository lets a token read and reconcile a repository's
+// queue when it may act on the repository's installation.
+func (s *Server) authorizeRepository(r *http.Request, owner, repo string) error {
+	p, ok := PrincipalFromContext(r.Context())
+	if !ok {
+		return schema.ErrUnauthorized
+	}
+	inst, err := s.installs.InstallationOf(r.Context(), owner, repo)
+	if err != nil {
+		if p.Admin && schema.ErrorCode(err) == schema.CodeForbidden && !strings.Contains(err.Error(), "suspended") {
+			return schema.Errorf(schema.CodeNotFound, "baton is not installed on %s/%s", owner, repo)
+		}
+		return err
+	}
+	if !p.Admin && !p.MayActOn(inst) {
+		return schema.Errorf(schema.CodeForbidden, "this token may not act on installation %d", inst)
+	}
+	return nil
+}
