@@ -77,5 +77,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	if st := s.db.Stats(); st.Transactions > 0 {
 		b.ReportMetric(float64(st.Writes)/float64(st.Transactions), "writes/txn")
+		b.ReportMetric(float64(st.Run.Microseconds())/float64(st.Transactions), "µs-run/txn")
+		b.ReportMetric(float64(st.Commit.Microseconds())/float64(st.Transactions), "µs-commit/txn")
 	}
 }
