@@ -52,13 +52,19 @@ type Config struct {
 	// held) is tried again. Defaults to 1s.
 	BusyDelay time.Duration
 	// OrderDelay is when an operation that waits for an older unfinished
-	// operation on its resource is tried again, at the latest: the
-	// operation is nudged as soon as that resource is freed in this
-	// process, so the delay only bounds the wait when the freeing happens
-	// elsewhere. Long delays keep waiting operations from crowding the
-	// queue's redeliveries. Defaults to 5s (BusyDelay when the dispatcher
-	// cannot nudge).
+	// operation on its resource is delivered again, at the latest: the
+	// worker that finishes the older one hands the resource over to it
+	// (see HandoffLimit), so the delay only matters when that worker is
+	// gone. Long delays keep waiting operations from crowding the queue's
+	// redeliveries. Defaults to 30s.
 	OrderDelay time.Duration
+	// HandoffLimit is how many of a resource's next operations a worker
+	// carries out, one after the other, after finishing one. Defaults to
+	// 1000; negative turns handoff off.
+	HandoffLimit int
+	// HandoffTime bounds the time a worker spends on such a chain.
+	// Defaults to 30s.
+	HandoffTime time.Duration
 	// BaseBackoff is the delay before the second attempt; it doubles with
 	// each further attempt (with jitter). Defaults to 250ms.
 	BaseBackoff time.Duration
@@ -104,7 +110,7 @@ type Executor struct {
 	pauses     *pauses
 	pacer      *pacer
 	cancels    cancelWatch
-	waits      *waitlist
+	nudger     Nudger
 	turns      turnstile
 	metrics    *metrics
 }
@@ -130,11 +136,9 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: LeaseTTL %v is outside 3s–5m", cfg.LeaseTTL)
 	}
 	cfg.BusyDelay = cmp.Or(cfg.BusyDelay, time.Second)
-	if _, ok := cfg.Dispatcher.(Nudger); ok {
-		cfg.OrderDelay = cmp.Or(cfg.OrderDelay, 5*time.Second)
-	} else {
-		cfg.OrderDelay = cmp.Or(cfg.OrderDelay, cfg.BusyDelay)
-	}
+	cfg.OrderDelay = cmp.Or(cfg.OrderDelay, 30*time.Second)
+	cfg.HandoffLimit = cmp.Or(cfg.HandoffLimit, 1000)
+	cfg.HandoffTime = cmp.Or(cfg.HandoffTime, 30*time.Second)
 	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, 250*time.Millisecond)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.MaxInlineWait = cmp.Or(cfg.MaxInlineWait, 30*time.Second)
@@ -164,22 +168,20 @@ func New(cfg Config) (*Executor, error) {
 		metrics:    m,
 	}
 	e.writer, _ = cfg.Store.(RecordWriter)
-	nudger, _ := cfg.Dispatcher.(Nudger)
-	e.waits = newWaitlist(nudger, log)
+	e.nudger, _ = cfg.Dispatcher.(Nudger)
 	return e, nil
 }
 
 // Start starts the executor's background work and returns once it runs.
 func (e *Executor) Start(ctx context.Context) error {
 	e.marks.start()
-	e.waits.start()
 	return nil
 }
 
 // Stop flushes pending bookkeeping and stops the background work, waiting
 // at most until ctx ends. It is safe before Start and safe twice.
 func (e *Executor) Stop(ctx context.Context) error {
-	return errors.Join(e.marks.stop(ctx), e.waits.stop(ctx))
+	return e.marks.stop(ctx)
 }
 
 // Submit turns what actor asked for into an operation. A new operation is
@@ -239,9 +241,12 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 	if err == nil && rec.Status == schema.StatusRunning {
 		e.cancels.notify(operationID)
 	}
-	if err == nil && rec.Status == schema.StatusCancelled {
-		// Operations waiting behind it on its resource may go now.
-		e.waits.freed(rec.Resource.Key())
+	if err == nil && rec.Status == schema.StatusCancelled && e.nudger != nil && e.writer != nil {
+		// The next operation on its resource was waiting for it: it may
+		// go now, without waiting out its delay.
+		if next, ok, nerr := e.writer.NextPending(ctx, rec.Resource); nerr == nil && ok {
+			e.nudge(ctx, next)
+		}
 	}
 	if err == nil {
 		e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),

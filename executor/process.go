@@ -40,6 +40,9 @@ type Result struct {
 	Kind  ResultKind
 	Delay time.Duration
 	Err   error
+	// finished is set when this Process made the operation terminal (and
+	// so freed its resource for the next one).
+	finished bool
 }
 
 func done() Result                 { return Result{Kind: ResultDone} }
@@ -68,6 +71,7 @@ type Leases interface {
 type RecordWriter interface {
 	SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) error, error)
 	OlderPending(ctx context.Context, rec *schema.Record) (bool, error)
+	NextPending(ctx context.Context, res schema.Resource) (operationID string, ok bool, err error)
 }
 
 // InstallationResolver says which installation covers a repository. An
@@ -113,35 +117,86 @@ func (w *cancelWatch) notify(id string) {
 
 // Process carries out one operation: the queue's handler. It loads the
 // record (terminal: done), waits its turn on the resource (an older
-// unfinished operation on it, or its lease held: retry in BusyDelay), takes
-// the resource's lease and marks the record running in one transaction,
-// then runs the attempt loop under the lease, saving every change fenced by
-// it, and saves the terminal record in the transaction that releases the
+// unfinished operation on it, or its lease held: retry later), takes the
+// resource's lease and marks the record running in one transaction, then
+// runs the attempt loop under the lease, saving every change fenced by it,
+// and saves the terminal record in the transaction that releases the
 // lease.
+//
+// Having finished an operation, Process hands the resource to the next
+// unfinished operation on it and carries that one out too (up to
+// HandoffLimit, and while ctx lasts): operations of one resource run one
+// after the other in creation order, so the next one's turn comes exactly
+// when this one ends, while its own message may be far back in the queue
+// or waiting out a delay. That message, delivered later, finds it
+// terminal.
 func (e *Executor) Process(ctx context.Context, operationID string) Result {
 	if e.leases == nil || e.writer == nil || e.gh == nil {
 		return failed(errors.New("executor: Process needs Config.Leases, Config.GitHub and a store that implements RecordWriter"))
 	}
+	res, finished := e.processOne(ctx, operationID)
+	if finished == nil {
+		return res
+	}
+	start := time.Now()
+	for n := 0; n < e.cfg.HandoffLimit && ctx.Err() == nil && time.Since(start) < e.cfg.HandoffTime; n++ {
+		next, ok, err := e.writer.NextPending(ctx, *finished)
+		if err != nil || !ok {
+			break
+		}
+		r, fin := e.processOne(ctx, next)
+		if r.Kind != ResultDone {
+			// It waits for something else (a pace, a pause, a lease held
+			// elsewhere) or failed: give it a message of its own now, so
+			// that the wait or the failure applies to it, rather than
+			// leave it to its old message's delay.
+			e.nudge(ctx, next)
+			break
+		}
+		if fin == nil {
+			break
+		}
+	}
+	return res
+}
+
+// nudge publishes a fresh message for an operation, if the dispatcher can.
+func (e *Executor) nudge(ctx context.Context, operationID string) {
+	if e.nudger == nil {
+		return
+	}
+	if err := e.nudger.Nudge(context.WithoutCancel(ctx), operationID); err != nil {
+		e.log.Debug("nudge failed", zap.String(LogEvent, "nudge_failed"), zap.String(LogOperationID, operationID), zap.Error(err))
+	}
+}
+
+// processOne is Process without the handoff. finished is the resource of
+// the operation when this call made it terminal.
+func (e *Executor) processOne(ctx context.Context, operationID string) (Result, *schema.Resource) {
 	for range 3 {
 		rec, err := e.store.Get(ctx, operationID)
 		if errors.Is(err, schema.ErrNotFound) {
 			e.log.Warn("message for an unknown operation", zap.String(LogEvent, "unknown_operation"), zap.String(LogOperationID, operationID))
-			return done()
+			return done(), nil
 		}
 		if err != nil {
-			return failed(err)
+			return failed(err), nil
 		}
 		if rec.Terminal() {
-			return done()
+			return done(), nil
 		}
 		res, stale := e.process(ctx, &rec)
 		if !stale {
-			return res
+			var finished *schema.Resource
+			if res.Kind == ResultDone && res.finished {
+				finished = &rec.Resource
+			}
+			return res, finished
 		}
 		// The record changed between our read and our acquisition (a
 		// cancellation, another worker's save): read it again.
 	}
-	return e.busy()
+	return e.busy(), nil
 }
 
 // process is one try of Process on a record read just before; stale is
@@ -156,20 +211,12 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
 	}
-	for {
-		older, err := e.writer.OlderPending(ctx, rec)
-		if err != nil {
-			return failed(err), false
-		}
-		if !older {
-			break
-		}
-		// The older operation usually runs in this process right now:
-		// wait for it in memory, then look again.
-		if e.turns.wait(ctx, rec.Resource.Key(), e.cfg.LocalWait) {
-			continue
-		}
-		e.waits.wait(rec.Resource.Key(), rec.OperationID)
+	if older, err := e.writer.OlderPending(ctx, rec); err != nil {
+		return failed(err), false
+	} else if older {
+		// Its turn comes when the older one ends: the worker that ends
+		// it hands the resource over (see Process), so this message only
+		// has to come back in case that worker is gone.
 		return retry(e.cfg.OrderDelay), false
 	}
 	inst, unavailable, err := e.installation(ctx, rec, tg)
@@ -222,7 +269,6 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 		if e.turns.wait(ctx, rec.Resource.Key(), e.cfg.LocalWait) {
 			return Result{}, true // held here a moment ago: read and try again
 		}
-		e.waits.wait(rec.Resource.Key(), rec.OperationID)
 		return e.busy(), false
 	case errors.Is(err, ErrStale):
 		return Result{}, true
@@ -624,7 +670,7 @@ func (r *runner) finish(status schema.Status, result any, category, message stri
 	if f := r.e.cfg.OnFinished; f != nil {
 		f(r.rec.Clone())
 	}
-	return done()
+	return Result{Kind: ResultDone, finished: true}
 }
 
 func (r *runner) release() error {
@@ -640,7 +686,6 @@ func (r *runner) release() error {
 		return err
 	}
 	r.e.turns.leave(r.rec.Resource.Key())
-	r.e.waits.freed(r.rec.Resource.Key())
 	return nil
 }
 

@@ -202,6 +202,21 @@ func (s *SQLiteStore) refused(tx *sqlite.Tx, rec *schema.Record, cas bool) error
 	return fmt.Errorf("executor: operation %s cannot move from %s to %s", rec.OperationID, from, rec.Status)
 }
 
+// NextPending returns the oldest unfinished operation on the resource.
+func (s *SQLiteStore) NextPending(ctx context.Context, res schema.Resource) (string, bool, error) {
+	var id string
+	err := s.db.QueryRow(ctx, `SELECT operation_id FROM operations INDEXED BY operations_pending_resource
+		WHERE resource_type = ? AND resource_id = ? AND status IN ('queued', 'running')
+		ORDER BY seq LIMIT 1`, res.Type, res.ID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("executor: next operation on the resource: %w", err)
+	}
+	return id, true, nil
+}
+
 // OlderPending reports whether the resource of rec has an operation created
 // before rec that is not finished: the executor runs a resource's
 // operations in the order they were created.
