@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,11 +20,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/internal/benchsuite"
 )
 
 func init() { register(newBenchCmd) }
 
 type benchOptions struct {
+	suite       bool
+	benchtime   string
+	filter      string
 	clients     int
 	ops         int
 	duration    time.Duration
@@ -38,8 +43,8 @@ type benchOptions struct {
 func newBenchCmd() *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench [--clients 32] [--ops N | --duration D] [--action A --resources KEYS --payload JSON]",
-		Short: "Measure a running server: submit throughput, end-to-end operations/s, latencies",
+		Use:   "bench [--clients 32] [--ops N | --duration D] [--action A --resources KEYS --payload JSON] | bench --suite",
+		Short: "Measure a running server (submit throughput, end-to-end operations/s, latencies), or run baton's benchmark suite",
 		Long: `Bench drives a running server over HTTP the way clients do. --clients
 concurrent clients submit operations (each with a fresh idempotency key) until
 --ops operations are submitted or --duration has passed; then bench waits
@@ -57,17 +62,36 @@ By default it comments on issues #10, #11 and #12 of octo/demo, which
 ` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin)
 and --action/--payload another action. Give the token of an actor that may
 act on those repositories. A progress bar is drawn on stderr when it is a
-terminal, plain progress lines otherwise.`,
-		Example: `  baton bench --clients 32 --ops 20000
+terminal, plain progress lines otherwise.
+
+--suite runs baton's benchmark suite in this process instead (no server
+needed): the store (durable creates, one caller and 32; gets; lists), the
+leases (32 holders on their own keys, 8 on one key), the queue (publishes;
+a no-op handler end to end), the executor end to end on the GitHub
+simulator (32 workers, 200 resources) and HTTP submissions from 32
+clients. Each builds its stack in a temporary directory with SQLite's
+synchronous=FULL. It prints the table docs/PERFORMANCE.md shows: ops/s,
+p50 and p99 of one op in milliseconds, and notes. --benchtime sets how long
+each benchmark's measured run lasts (or, as "500x", how many ops it makes);
+--filter selects benchmarks by a regular expression on their names.`,
+		Example: `  baton bench --suite
+  baton bench --suite --benchtime 5s --filter '^(store|leases)/'
+  baton bench --clients 32 --ops 20000
   baton bench --duration 30s --json
   baton bench --action github.issues.add_labels --payload '{"labels":["bench"]}' \
     --resources issue:octo/demo#10,issue:octo/demo#11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.suite {
+				return runBenchSuite(o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&o.suite, "suite", false, "run baton's benchmark suite in this process and print its table (no server needed)")
+	f.StringVar(&o.benchtime, "benchtime", "1s", "--suite: how long each benchmark runs (or N ops, as 500x)")
+	f.StringVar(&o.filter, "filter", "", "--suite: run only the benchmarks whose name matches this regular expression")
 	f.IntVar(&o.clients, "clients", 32, "concurrent clients")
 	f.IntVar(&o.ops, "ops", 10000, "operations to submit (unless --duration)")
 	f.DurationVar(&o.duration, "duration", 0, "submit for this long instead of --ops operations")
@@ -436,4 +460,75 @@ func (p *benchProgress) draw(n int64, elapsed time.Duration, final bool) {
 func (p *benchProgress) stop() {
 	close(p.quit)
 	<-p.done
+}
+
+// BenchSuiteReport is what --suite --json prints.
+type BenchSuiteReport struct {
+	Machine    string              `json:"machine"`
+	Benchtime  string              `json:"benchtime"`
+	LoadBefore string              `json:"loadAverageBefore,omitempty"`
+	LoadAfter  string              `json:"loadAverageAfter,omitempty"`
+	Results    []benchsuite.Result `json:"results"`
+}
+
+// runBenchSuite runs the benchmark suite in this process and prints its
+// table (or JSON).
+func runBenchSuite(o *benchOptions, stdout, stderr io.Writer) error {
+	opts := benchsuite.Options{Benchtime: o.benchtime, Started: func(b benchsuite.Benchmark) {
+		fmt.Fprintf(stderr, "running %s (%s)\n", b.Name, b.Op)
+	}}
+	if o.filter != "" {
+		re, err := regexp.Compile(o.filter)
+		if err != nil {
+			return cliUsage(fmt.Errorf("--filter: %w", err))
+		}
+		opts.Filter = re
+	}
+	rep := BenchSuiteReport{Machine: benchsuite.Machine(), Benchtime: o.benchtime, LoadBefore: benchLoadAverage()}
+	results, err := benchsuite.Run(opts)
+	if err != nil {
+		if strings.Contains(err.Error(), "benchtime") || strings.Contains(err.Error(), "filter") {
+			return cliUsage(err)
+		}
+		return err
+	}
+	rep.Results, rep.LoadAfter = results, benchLoadAverage()
+	failed := 0
+	for _, r := range results {
+		if r.Err != "" {
+			failed++
+		}
+	}
+	if o.json {
+		if err := cliPrintJSON(stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "machine: %s\n", rep.Machine)
+		if rep.LoadBefore != "" {
+			fmt.Fprintf(stdout, "load average: %s before, %s after\n", rep.LoadBefore, rep.LoadAfter)
+		}
+		fmt.Fprintf(stdout, "benchtime: %s per benchmark\n\n", rep.Benchtime)
+		if err := benchsuite.WriteTable(stdout, results); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d benchmarks failed", failed, len(results))
+	}
+	return nil
+}
+
+// benchLoadAverage is the 1, 5 and 15 minute load averages ("" where
+// /proc/loadavg does not exist).
+func benchLoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

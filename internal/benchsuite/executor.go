@@ -1,0 +1,162 @@
+package benchsuite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/queue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// e2eResources is how many issues the executor benchmark spreads its
+// operations over.
+const e2eResources = 200
+
+// ExecutorEndToEnd measures operations carried out per second through the
+// whole executing path: a durable submit (executor.Submit), JetStream,
+// 32 workers taking leases on 200 resources, the GitHub simulator over HTTP
+// (real App JWT and installation token) answering at once, pacing off,
+// fenced saves of the terminal records. The clock runs from the first
+// submission to the last terminal record; the latency is each record's
+// completedAt − createdAt.
+func ExecutorEndToEnd(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	db := openDB(b)
+
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		fatalf(b, "start the simulator: %v", err)
+	}
+	b.Cleanup(func() { _ = sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		fatalf(b, "%v", err)
+	}
+	for n := 1; n <= e2eResources; n++ {
+		if _, err := sim.AddIssue(ghsim.DemoOwner, ghsim.DemoRepo, ghsim.NewIssue{Number: 1000 + n, Title: "bench"}); err != nil {
+			fatalf(b, "%v", err)
+		}
+	}
+	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	b.Cleanup(gh.Close)
+
+	coord, err := coordinator.New(coordinator.Config{DB: db})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	br, err := queue.New(queue.Config{DataDir: dir})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := br.Start(ctx); err != nil {
+		fatalf(b, "start the broker: %v", err)
+	}
+	b.Cleanup(func() { stopWithin(br.Stop) })
+	var (
+		finished atomic.Int64
+		failed   atomic.Int64
+		latMu    sync.Mutex
+		opLat    []time.Duration
+	)
+	all := make(chan struct{})
+	target := int64(b.N)
+	exec, err := executor.New(executor.Config{
+		Store: executor.NewSQLiteStore(db, nil), Dispatcher: br, Leases: coord, GitHub: gh,
+		Pacing: executor.PacingConfig{Disabled: true},
+		OnFinished: func(rec schema.Record) {
+			if rec.Status != schema.StatusSucceeded {
+				failed.Add(1)
+			}
+			if rec.CompletedAt != nil {
+				latMu.Lock()
+				opLat = append(opLat, rec.CompletedAt.Sub(rec.CreatedAt))
+				latMu.Unlock()
+			}
+			if finished.Add(1) == target {
+				close(all)
+			}
+		},
+	})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := exec.Start(ctx); err != nil {
+		fatalf(b, "start the executor: %v", err)
+	}
+	b.Cleanup(func() { stopWithin(exec.Stop) })
+	cons, err := queue.NewConsumer(br, queue.ConsumerConfig{
+		Concurrency: 32,
+		Handler: func(ctx context.Context, id string) queue.Result {
+			r := exec.Process(ctx, id)
+			switch r.Kind {
+			case executor.ResultDone:
+				return queue.Done()
+			case executor.ResultRetry:
+				return queue.RetryAfter(r.Delay)
+			}
+			return queue.Failed(r.Err)
+		},
+	})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := cons.Start(ctx); err != nil {
+		fatalf(b, "start the consumer: %v", err)
+	}
+	b.Cleanup(func() { stopWithin(cons.Stop) })
+	before := db.Stats()
+	run := runID()
+	var subLat latencies
+	b.ResetTimer()
+	spread(b, 32, &subLat, func(i int) error {
+		_, _, err := exec.Submit(ctx, "bench", schema.Submission{
+			IdempotencyKey: fmt.Sprintf("bench-%s-%d", run, i),
+			Action:         schema.ActionComment,
+			Resource:       schema.Resource{Type: schema.ResourceIssue, ID: fmt.Sprintf("%s/%s#%d", ghsim.DemoOwner, ghsim.DemoRepo, 1001+i%e2eResources)},
+			Payload:        json.RawMessage(`{"body":"bench"}`),
+			InstallationID: ghsim.DemoInstallationID,
+		})
+		return err
+	})
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		errorf(b, "%d of %d operations finished in five minutes", finished.Load(), b.N)
+		return
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		errorf(b, "%d operations did not succeed", n)
+		return
+	}
+	var lat latencies
+	latMu.Lock()
+	lat.add(opLat)
+	latMu.Unlock()
+	reportRate(b)
+	lat.report(b)
+	if after := db.Stats(); after.Transactions > before.Transactions {
+		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
+	}
+}
+
+// stopWithin stops a service, waiting at most 30 seconds.
+func stopWithin(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = stop(ctx)
+}

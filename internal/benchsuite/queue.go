@@ -1,0 +1,115 @@
+package benchsuite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/queue"
+)
+
+// startBroker starts an embedded broker with its store in a temporary
+// directory, stopped when the run ends.
+func startBroker(b *testing.B) *queue.Broker {
+	b.Helper()
+	br, err := queue.New(queue.Config{DataDir: b.TempDir()})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := br.Start(context.Background()); err != nil {
+		fatalf(b, "start the broker: %v", err)
+	}
+	b.Cleanup(func() { stopWithin(br.Stop) })
+	return br
+}
+
+// runID makes message IDs unique across the runs of one process: the
+// stream's dedupe window would swallow a repeated one.
+func runID() string { return fmt.Sprintf("%x", time.Now().UnixNano()) }
+
+// QueuePublish measures acknowledged publishes one at a time, as the
+// executor dispatches a new operation: each returns once JetStream has
+// stored the message.
+func QueuePublish(b *testing.B) {
+	br := startBroker(b)
+	ctx := context.Background()
+	run := runID()
+	var lat latencies
+	local := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := br.Dispatch(ctx, fmt.Sprintf("pub-%s-%d", run, i)); err != nil {
+			fatalf(b, "dispatch: %v", err)
+		}
+		local = append(local, time.Since(t0))
+	}
+	b.StopTimer()
+	lat.add(local)
+	reportRate(b)
+	lat.report(b)
+}
+
+// QueueEndToEnd measures messages through JetStream: 32 goroutines publish
+// (acknowledged), a consumer with 32 handlers runs a no-op handler; the
+// clock stops when the last message has been handled. The latency is from
+// the publish to the handler.
+func QueueEndToEnd(b *testing.B) {
+	br := startBroker(b)
+	ctx := context.Background()
+	run := runID()
+	var (
+		sent    sync.Map // id → time published
+		handled atomic.Int64
+		lat     latencies
+		latMu   sync.Mutex
+		handLat []time.Duration
+	)
+	all := make(chan struct{})
+	target := int64(b.N)
+	c, err := queue.NewConsumer(br, queue.ConsumerConfig{
+		Concurrency: 32,
+		FetchWait:   100 * time.Millisecond,
+		Handler: func(_ context.Context, id string) queue.Result {
+			if t0, ok := sent.Load(id); ok {
+				d := time.Since(t0.(time.Time))
+				latMu.Lock()
+				handLat = append(handLat, d)
+				latMu.Unlock()
+			}
+			if handled.Add(1) == target {
+				close(all)
+			}
+			return queue.Done()
+		},
+	})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := c.Start(ctx); err != nil {
+		fatalf(b, "start the consumer: %v", err)
+	}
+	b.Cleanup(func() { stopWithin(c.Stop) })
+	var pubLat latencies
+	b.ResetTimer()
+	spread(b, 32, &pubLat, func(i int) error {
+		id := fmt.Sprintf("e2e-%s-%d", run, i)
+		sent.Store(id, time.Now())
+		return br.Dispatch(ctx, id)
+	})
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		errorf(b, "%d of %d messages handled in two minutes", handled.Load(), b.N)
+		return
+	}
+	b.StopTimer()
+	latMu.Lock()
+	lat.add(handLat)
+	latMu.Unlock()
+	reportRate(b)
+	lat.report(b)
+}

@@ -1,0 +1,369 @@
+package proof
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+// scenario is one run of the workload against a baton process while
+// something is broken on purpose, again and again.
+type scenario struct {
+	name    string
+	ops     int
+	clients int
+	// disruptions is how many times the thing is broken; the first
+	// whileSubmitting of them happen while the clients submit, the others
+	// while the server carries out what it accepted.
+	disruptions, whileSubmitting int
+	// what is broken: "baton" (SIGKILL of `baton serve`, restarted on
+	// the same data directory) or "nats" (SIGKILL of the external
+	// nats-server baton uses, restarted on the same store).
+	target string
+
+	submitTimeout, settleTimeout time.Duration
+}
+
+// disruption is one kill the scenario made.
+type disruption struct {
+	at       time.Duration // since the clients started
+	phase    string        // "submitting", "processing" or "idle"
+	accepted int64         // operations accepted when it happened
+	down     time.Duration // how long the target was away
+	// acceptedAway is how many submissions were accepted while the
+	// target was away (nats: every one of them had to be published by
+	// the reconciler).
+	acceptedAway int64
+}
+
+// proofSeed is the seed of the run: BATON_PROOF_SEED, or a fresh one
+// (printed in the report, so a failure can be replayed).
+func proofSeed(t testing.TB) uint64 {
+	if v := os.Getenv("BATON_PROOF_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("BATON_PROOF_SEED=%q: %v", v, err)
+		}
+		return s
+	}
+	return uint64(time.Now().UnixNano()) & 0xffffffff
+}
+
+// simulatorFaults are the faults of the runs: on every route baton
+// mutates through, 10% of the connections dropped after the mutation was
+// applied, 5% answered 500 and 0.5% answered 429 with Retry-After: 1 (each
+// pauses every worker of the installation for a second, as GitHub asks);
+// on the routes its probes and checks read, 5% answered 500.
+func simulatorFaults(t testing.TB, sim *ghsim.Sim) {
+	t.Helper()
+	mutations := []string{
+		"POST /repos/{owner}/{repo}/issues/{number}/comments",
+		"POST /repos/{owner}/{repo}/issues/{number}/labels",
+		"DELETE /repos/{owner}/{repo}/issues/{number}/labels/{name}",
+		"PUT /repos/{owner}/{repo}/pulls/{number}/merge",
+		"PATCH /repos/{owner}/{repo}/git/refs/{ref...}",
+		"POST /repos/{owner}/{repo}/statuses/{sha}",
+	}
+	reads := []string{
+		"GET /repos/{owner}/{repo}/issues/{number}/comments",
+		"GET /repos/{owner}/{repo}/issues/{number}/labels",
+		"GET /repos/{owner}/{repo}/pulls/{number}",
+		"GET /repos/{owner}/{repo}/git/ref/{ref...}",
+	}
+	var faults []ghsim.Fault
+	for _, r := range mutations {
+		faults = append(faults,
+			ghsim.Fault{Route: r, Kind: ghsim.FaultDropAfter, Probability: 0.10},
+			ghsim.Fault{Route: r, Kind: ghsim.FaultStatus, Status: http.StatusInternalServerError, Probability: 0.05},
+			ghsim.Fault{Route: r, Kind: ghsim.FaultTooManyRequests, RetryAfter: time.Second, Probability: 0.005})
+	}
+	for _, r := range reads {
+		faults = append(faults, ghsim.Fault{Route: r, Kind: ghsim.FaultStatus, Status: http.StatusInternalServerError, Probability: 0.05})
+	}
+	for _, f := range faults {
+		if _, err := sim.SetFault(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runScenario runs sc and checks everything baton promises; it returns
+// the report it printed.
+func runScenario(t *testing.T, sc scenario) string {
+	ctx := context.Background()
+	seed := proofSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 0x6261746f6e))
+	bin := batonBinary(t)
+	var nats *natsProcess
+	if sc.target == "nats" {
+		nats = &natsProcess{t: t, bin: natsServerBinary(t), dir: t.TempDir(), port: freePort(t)}
+	}
+	began := time.Now()
+
+	// GitHub.
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	_, _, perBranch := workloadShape(sc.ops)
+	fx := newFixture(t, sim, perBranch)
+
+	// baton.
+	work := t.TempDir()
+	dataDir := filepath.Join(work, "data")
+	keyFile, secretFile := filepath.Join(work, "app.pem"), filepath.Join(work, "webhook-secret")
+	if err := os.WriteFile(keyFile, sim.PrivateKeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secretFile, []byte(sim.WebhookSecret()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	args := []string{
+		"--data", dataDir,
+		"--github-url", sim.URL(),
+		"--app-id", strconv.FormatInt(sim.AppID(), 10),
+		"--private-key", keyFile,
+		"--webhook-secret-file", secretFile,
+		"--github-pacing", "off",
+		"--lease-ttl", "5s",
+		"--ack-wait", "10s",
+		"--reconcile-interval", "1s",
+		"--reconcile-min-age", "3s",
+		"--shutdown-timeout", "5s",
+	}
+	if nats != nil {
+		nats.logPath = filepath.Join(work, "nats.log")
+		nats.start(ctx)
+		t.Cleanup(nats.kill)
+		args = append(args, "--nats", nats.url())
+	}
+	proc := newBatonProcess(t, bin, addr, filepath.Join(work, "baton.log"), args...)
+	sim.SetWebhook(proc.url()+"/webhooks/github", "")
+	adminToken := createToken(t, bin, dataDir, "--actor", "proof-admin", "--admin")
+	tokens := make([]string, sc.clients)
+	for c := range tokens {
+		tokens[c] = createToken(t, bin, dataDir, "--actor", fmt.Sprintf("proof-client-%02d", c+1), "--installation", "1")
+	}
+	proc.start(ctx)
+	admin, err := client.New(proc.url(), client.WithToken(adminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The installations registry learns of the repository from GitHub.
+	if !poll(ctx, time.Minute, 50*time.Millisecond, func() bool {
+		insts, err := admin.Installations(ctx)
+		if err != nil {
+			return false
+		}
+		for _, in := range insts {
+			if slices.Contains(in.Repositories, fixtureOwner+"/"+fixtureRepo) {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("baton did not learn of the repository from GitHub within a minute")
+	}
+	simulatorFaults(t, sim)
+
+	// The clients, and the disruptions.
+	ops, perClient := planWorkload(fx, sc.ops, sc.clients, strconv.FormatUint(seed, 36))
+	sub := newSubmitter(proc.url(), tokens)
+	subCtx, cancelSub := context.WithTimeout(ctx, sc.submitTimeout)
+	defer cancelSub()
+	var submitting atomic.Bool
+	submitting.Store(true)
+	subDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(subDone)
+		sub.run(subCtx, perClient)
+		submitting.Store(false)
+	}()
+	var events []disruption
+	thresholds := make([]int64, sc.whileSubmitting)
+	for i := range thresholds {
+		thresholds[i] = int64(len(ops)/10) + rng.Int64N(int64(len(ops)*8/10)+1)
+	}
+	slices.Sort(thresholds)
+	var lastRestart time.Time
+	for i := range sc.disruptions {
+		if i < sc.whileSubmitting {
+			poll(ctx, sc.submitTimeout, 5*time.Millisecond, func() bool {
+				return sub.accepted.Load() >= thresholds[i] || !submitting.Load()
+			})
+		} else {
+			select {
+			case <-subDone:
+			case <-time.After(sc.submitTimeout):
+			}
+			<-time.After(jitter(rng, 300*time.Millisecond, 2*time.Second))
+		}
+		ev := disruption{at: time.Since(start), accepted: sub.accepted.Load(), phase: "submitting"}
+		if !submitting.Load() {
+			ev.phase = "processing"
+			if busy, err := pending(ctx, admin); err == nil && !busy {
+				ev.phase = "idle"
+			}
+		}
+		down, acceptedAtKill := time.Now(), sub.accepted.Load()
+		switch sc.target {
+		case "baton":
+			proc.kill()
+			<-time.After(jitter(rng, 0, 300*time.Millisecond))
+			proc.start(ctx)
+		case "nats":
+			nats.kill()
+			<-time.After(jitter(rng, 500*time.Millisecond, 2*time.Second))
+			nats.start(ctx)
+		}
+		ev.down = time.Since(down)
+		ev.acceptedAway = sub.accepted.Load() - acceptedAtKill
+		lastRestart = time.Now()
+		events = append(events, ev)
+		// Let it work a little before the next one.
+		<-time.After(jitter(rng, 200*time.Millisecond, time.Second))
+	}
+	<-subDone
+	submitEnd := time.Now()
+
+	// Everything must settle.
+	settleFrom := submitEnd
+	if lastRestart.After(settleFrom) {
+		settleFrom = lastRestart
+	}
+	settled := poll(ctx, sc.settleTimeout, 100*time.Millisecond, func() bool {
+		busy, err := pending(ctx, admin)
+		return err == nil && !busy
+	})
+	settleTime := time.Since(settleFrom)
+	if !settled {
+		t.Errorf("operations still queued or running %s after the last submission and restart", sc.settleTimeout)
+	}
+
+	f := verify(ctx, sim, fx, admin, ops, sub)
+	for _, p := range sub.problems {
+		f.violate("client: %s", p)
+	}
+	for _, p := range proc.problems() {
+		f.violate("%s", p)
+	}
+	report := formatReport(sc, seed, f, events, proc, nats, sub, settleTime, settled, time.Since(began))
+	publishReport(t, report)
+	for i, v := range f.violations {
+		if i == 50 {
+			t.Errorf("… and %d more", len(f.violations)-50)
+			break
+		}
+		t.Error(v)
+	}
+	return report
+}
+
+// formatReport writes what a run did and found.
+func formatReport(sc scenario, seed uint64, f *findings, events []disruption, proc *batonProcess, nats *natsProcess,
+	sub *submitter, settle time.Duration, settled bool, total time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (seed %d; BATON_PROOF_SEED=%d replays the faults)\n", sc.name, seed, seed)
+	row := func(k, format string, args ...any) { fmt.Fprintf(&b, "  %-14s %s\n", k, fmt.Sprintf(format, args...)) }
+	row("operations", "%d submitted by %d clients over 50 resources; %d accepted (%d answered 201, %d answered 200 to a retry whose first answer was lost); %d submissions retried while the server was unreachable",
+		sc.ops, sc.clients, f.accepted, f.created, f.answered200, sub.retried.Load())
+	var phases []string
+	for _, e := range events {
+		p := fmt.Sprintf("at %.1fs (%s, %d accepted, away %.1fs", e.at.Seconds(), e.phase, e.accepted, e.down.Seconds())
+		if sc.target == "nats" {
+			p += fmt.Sprintf(", %d accepted meanwhile", e.acceptedAway)
+		}
+		phases = append(phases, p+")")
+	}
+	switch sc.target {
+	case "baton":
+		row("kills", "%d × SIGKILL of baton serve, %d starts: %s", proc.kills, proc.starts, strings.Join(phases, "; "))
+	case "nats":
+		row("kills", "%d × SIGKILL of nats-server (baton kept running): %s", nats.kills, strings.Join(phases, "; "))
+	}
+	row("faults", "GitHub dropped %d connections after applying the request, answered %d × 500 and %d × 429 with Retry-After",
+		f.faults[ghsim.FaultDropAfter], f.faults[ghsim.FaultStatus], f.faults[ghsim.FaultTooManyRequests])
+	var outs []string
+	actions := make([]string, 0, len(f.outcomes))
+	for a := range f.outcomes {
+		actions = append(actions, a)
+	}
+	sort.Strings(actions)
+	for _, a := range actions {
+		var parts []string
+		for _, st := range []schema.Status{schema.StatusSucceeded, schema.StatusFailed, schema.StatusCancelled} {
+			if n := f.outcomes[a][string(st)]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n, st))
+			}
+		}
+		outs = append(outs, fmt.Sprintf("%s %s", strings.TrimPrefix(a, "github."), strings.Join(parts, "/")))
+	}
+	row("outcomes", "%s", strings.Join(outs, "; "))
+	if len(f.failedCategories) > 0 {
+		var cats []string
+		for c, n := range f.failedCategories {
+			cats = append(cats, fmt.Sprintf("%s %d", c, n))
+		}
+		sort.Strings(cats)
+		row("failed because", "%s", strings.Join(cats, ", "))
+		row("", "(validation: the second merge of a pull request, which GitHub refuses; conflict: a ref update whose expectedSha no longer held because an earlier update of its chain had failed; network, server_error, rate_limited: every attempt failed)")
+	}
+	row("attempts", "%d calls recorded; %d operations settled by a probe that found the effect of an answer lost", f.attempts, f.probed)
+	row("lost", "%d (unanswered submissions: %d)", len(f.lost), f.unanswered)
+	row("duplicates", "%d (pull requests merged once: %d of %d; ref updates applied: %d; comments checked: %d; label operations: %d)",
+		len(f.duplicates), f.mergedOnce, fixturePulls, f.refUpdates, f.comments, f.labelOps)
+	row("disagreements", "%d (GitHub's state against each record's outcome; %d failed operations whose last probe could not read GitHub, either state allowed)", len(f.disagree), len(f.undetermined))
+	row("overlaps", "%d (%d mutating calls on the 50 resources)", len(f.overlaps), f.effects)
+	row("leases held", "%d of 50", len(f.leasesHeld))
+	row("dead letters", "%d", len(f.deadLetters))
+	settledWord := "settled"
+	if !settled {
+		settledWord = "NOT settled"
+	}
+	row("settle time", "%s %.1fs after the last submission and restart", settledWord, settle.Seconds())
+	row("duration", "%.1fs in all", total.Seconds())
+	if len(f.violations) == 0 {
+		row("verdict", "PASS")
+	} else {
+		row("verdict", "FAIL: %d violations", len(f.violations))
+	}
+	return b.String()
+}
+
+// publishReport logs the report and appends it to $BATON_PROOF_REPORT.
+func publishReport(t *testing.T, report string) {
+	t.Log("\n" + report)
+	path := os.Getenv("BATON_PROOF_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Errorf("BATON_PROOF_REPORT: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), report); err != nil {
+		t.Errorf("BATON_PROOF_REPORT: %v", err)
+	}
+}
