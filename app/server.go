@@ -259,6 +259,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.onStop(s.broker.Stop)
+	s.reg.MustRegister(newQueueCollector(s.broker))
 
 	// Installations and webhooks.
 	installsCfg := InstallationsConfig{DB: s.db, Logger: s.log}

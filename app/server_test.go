@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"os"
 	"path/filepath"
 	"testing"
@@ -104,7 +106,14 @@ func TestServerDev(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("metrics: %v %v", resp, err)
 	}
+	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	for _, name := range []string{"baton_queue_handled_messages_total{result=\"done\"}", "baton_executor_operations_finished_total",
+		"baton_coordinator_acquires_total", "baton_api_requests_total", "baton_webhook_requests_total"} {
+		if !strings.Contains(string(metrics), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 }
 
 // A server pointed at a simulator running on its own (as `baton ghsim`

@@ -259,6 +259,9 @@ func newLogger(o *serveOptions) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format must be json or console, not %q", format)
 	}
 	zc.Level = zap.NewAtomicLevelAt(level)
+	// Every line about an operation is kept: an operator follows one
+	// operation through its lines, and sampling would drop some under load.
+	zc.Sampling = nil
 	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
 	return zc.Build()
 }

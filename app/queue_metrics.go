@@ -1,0 +1,63 @@
+package app
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/baton-dev/baton/queue"
+)
+
+// queueCollector exports the queue's counters (queue.Stats) as Prometheus
+// metrics, read when /metrics is scraped.
+type queueCollector struct {
+	b *queue.Broker
+
+	published, publishErrors, handled, handlerSeconds, active, deadLettered, reconciled *prometheus.Desc
+}
+
+func newQueueCollector(b *queue.Broker) *queueCollector {
+	return &queueCollector{
+		b: b,
+		published: prometheus.NewDesc("baton_queue_published_messages_total",
+			"Messages stored in the OPERATIONS stream, by kind.", []string{"kind"}, nil),
+		publishErrors: prometheus.NewDesc("baton_queue_publish_errors_total",
+			"Dispatches that failed (the reconciler publishes those operations later).", nil, nil),
+		handled: prometheus.NewDesc("baton_queue_handled_messages_total",
+			"Handler results, by result.", []string{"result"}, nil),
+		handlerSeconds: prometheus.NewDesc("baton_queue_handler_duration_seconds_total",
+			"Total time spent in the handler.", nil, nil),
+		active: prometheus.NewDesc("baton_queue_active_handlers",
+			"Handlers running now.", nil, nil),
+		deadLettered: prometheus.NewDesc("baton_queue_dead_lettered_messages_total",
+			"Operations moved to the OPERATIONS_DLQ stream.", nil, nil),
+		reconciled: prometheus.NewDesc("baton_queue_reconciled_operations_total",
+			"The reconciler's candidates, by outcome.", []string{"outcome"}, nil),
+	}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.published, c.publishErrors, c.handled, c.handlerSeconds, c.active, c.deadLettered, c.reconciled} {
+		ch <- d
+	}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.b.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.published, s.Dispatched, "dispatch")
+	counter(c.published, s.RetriesPublished, "retry")
+	counter(c.published, s.Replayed, "replay")
+	counter(c.published, s.Republished, "reconcile")
+	counter(c.publishErrors, s.DispatchErrors)
+	counter(c.handled, s.HandledDone, "done")
+	counter(c.handled, s.HandledRetry, "retry")
+	counter(c.handled, s.HandledFailed, "failed")
+	ch <- prometheus.MustNewConstMetric(c.handlerSeconds, prometheus.CounterValue, s.HandlerTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(s.ActiveHandlers))
+	counter(c.deadLettered, s.DeadLettered)
+	counter(c.reconciled, s.ReconciledPresent, "present")
+	counter(c.reconciled, s.ReconciledDeadLettered, "dead_lettered")
+	counter(c.reconciled, s.ReconciledRepublished, "republished")
+	counter(c.reconciled, s.ReconcileErrors, "error")
+}

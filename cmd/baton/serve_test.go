@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Every serve flag reads BATON_<FLAG>, and deploy/ENVIRONMENT.md lists
+// every one of those variables.
+func TestServeEnvironmentReference(t *testing.T) {
+	ref, err := os.ReadFile(filepath.Join("..", "..", "deploy", "ENVIRONMENT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := newServeCmd()
+	n := 0
+	for _, name := range flagNames(cmd) {
+		if name == "help" {
+			continue
+		}
+		n++
+		env := "BATON_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if !strings.Contains(string(ref), "`"+env+"`") {
+			t.Errorf("deploy/ENVIRONMENT.md does not list %s (--%s)", env, name)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d flags found", n)
+	}
+}
+
+func TestServeEnvironmentSetsFlags(t *testing.T) {
+	t.Setenv("BATON_LISTEN", "127.0.0.1:9999")
+	t.Setenv("BATON_WORKERS", "7")
+	t.Setenv("BATON_GITHUB_PACING", "off")
+	cmd := newServeCmd()
+	if err := cmd.Flags().Parse([]string{"--workers", "9"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := envFlags(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := cmd.Flags().GetString("listen"); v != "127.0.0.1:9999" {
+		t.Errorf("listen = %s", v)
+	}
+	if v, _ := cmd.Flags().GetInt("workers"); v != 9 {
+		t.Errorf("workers = %d: the command line must win over the environment", v)
+	}
+	t.Setenv("BATON_WORKERS", "many")
+	cmd = newServeCmd()
+	if err := envFlags(cmd.Flags()); err == nil || !strings.Contains(err.Error(), "BATON_WORKERS") {
+		t.Errorf("a bad variable: %v", err)
+	}
+}
+
+func TestServeUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"serve", "--github-pacing", "sometimes", "--data", dir},
+		{"serve", "--nats-sync", "never", "--data", dir},
+		{"serve", "--app-id", "5", "--data", dir},
+		{"serve", "--log-level", "loud", "--data", dir},
+		{"serve", "--dev", "--app-id", "5", "--private-key", "/dev/null", "--webhook-secret", "x", "--data", dir},
+		{"serve", "--ack-wait", "5s", "--lease-ttl", "10s", "--data", dir},
+		{"serve", "extra-argument"},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+}
+
+func flagNames(cmd *cobra.Command) []string {
+	var out []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { out = append(out, f.Name) })
+	return out
+}
