@@ -80,3 +80,12 @@ func flagNames(cmd *cobra.Command) []string {
 	cmd.Flags().VisitAll(func(f *pflag.Flag) { out = append(out, f.Name) })
 	return out
 }
+
+func TestRootUsage(t *testing.T) {
+	if code := run([]string{"no-such-command"}); code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+	if code := run([]string{"--no-such-flag"}); code != 2 {
+		t.Errorf("unknown flag: exit %d, want 2", code)
+	}
+}
