@@ -17,19 +17,20 @@
 //
 // REST routes (also under /api/v3, as GitHub Enterprise Server has them):
 // GET /app, /app/installations[/{id}], /installation/repositories,
-// /rate_limit; pull requests (get, list, merge with its sha check — 409 —
-// and its mergeability and required-checks refusals — 405 —, update-branch
-// with expected_head_sha — 422 —, is-merged); issues, issue comments (with
-// per_page/page pagination and Link headers) and labels (pull requests are
-// issues too: one number space per repository); git refs (get, create,
-// update with fast-forward checks on a commit graph — 422 "Update is not a
-// fast forward" —, delete); commit statuses (create, combined, list), check
-// runs and suites, branch protection's required status checks,
-// collaborator permissions; the App's webhook deliveries log (list with
-// cursor, get, redeliver); and the manifest conversion. Status codes,
-// headers and JSON shapes follow GitHub's REST documentation; the package's
-// tests validate every response, and every webhook payload, against
-// GitHub's published OpenAPI description.
+// /rate_limit; GET /repos/{owner}/{repo} (the full repository, its
+// permissions those of the token); pull requests (get, list, merge with its
+// sha check — 409 — and its mergeability and required-checks refusals —
+// 405 —, update-branch with expected_head_sha — 422 —, is-merged); issues,
+// issue comments (with per_page/page pagination and Link headers) and labels
+// (pull requests are issues too: one number space per repository); git refs
+// (get, create, update with fast-forward checks on a commit graph — 422
+// "Update is not a fast forward" —, delete); commit statuses (create,
+// combined, list), check runs and suites, branch protection's required
+// status checks, collaborator permissions; the App's webhook deliveries log
+// (list with cursor, get, redeliver); and the manifest conversion. Status
+// codes, headers and JSON shapes follow GitHub's REST documentation; the
+// package's tests validate every response, and every webhook payload,
+// against GitHub's published OpenAPI description.
 //
 // Every response carries X-GitHub-Request-Id; every REST response carries
 // the x-ratelimit-* headers.

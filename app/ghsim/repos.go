@@ -3,6 +3,7 @@ package ghsim
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -258,6 +259,42 @@ func (s *Sim) renderRepo(r *repo) map[string]any {
 		m[k] = api + v
 	}
 	return m
+}
+
+// repoRoutes serves the repositories themselves.
+func (s *Sim) repoRoutes() []*route {
+	return []*route{
+		{method: "GET", pattern: "/repos/{owner}/{repo}", auth: authInstallation, handle: s.getRepo},
+	}
+}
+
+// getRepo answers GET /repos/{owner}/{repo} with the "full-repository"
+// representation: the repository as webhooks and /installation/repositories
+// show it, plus the organisation, the counts, and what the token may do.
+// serve has found the repository and checked that the token reaches it.
+func (s *Sim) getRepo(c *call) response {
+	r := c.repo
+	m := s.renderRepo(r)
+	m["network_count"] = 0
+	m["subscribers_count"] = 0
+	if r.owner.typ == "Organization" {
+		m["organization"] = r.owner.json
+	}
+	m["permissions"] = repoPermissions(c.tok.permissions)
+	return response{status: http.StatusOK, body: m}
+}
+
+// repoPermissions is what an installation token may do in a repository, in
+// the collaborator roles full-repository's permissions speak of: pull with
+// metadata (every token), triage with issues or pull_requests write, push
+// with contents write, maintain and admin with administration write.
+func repoPermissions(perms map[string]string) map[string]bool {
+	write := func(name string) bool { return permLevel(perms[name]) >= permLevel("write") }
+	admin := write("administration")
+	return map[string]bool{
+		"pull": true, "triage": write("issues") || write("pull_requests") || admin,
+		"push": write("contents") || admin, "maintain": admin, "admin": admin,
+	}
 }
 
 // renderUser is the REST "simple-user" representation.

@@ -73,6 +73,7 @@ func (s *Sim) routes() http.Handler {
 	mux := http.NewServeMux()
 	var all []*route
 	all = append(all, s.appRoutes()...)
+	all = append(all, s.repoRoutes()...)
 	all = append(all, s.pullRoutes()...)
 	all = append(all, s.issueRoutes()...)
 	all = append(all, s.refRoutes()...)

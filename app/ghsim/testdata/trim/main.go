@@ -37,6 +37,7 @@ var operations = []string{
 	"POST /app/installations/{installation_id}/access_tokens",
 	"GET /installation/repositories",
 	"GET /rate_limit",
+	"GET /repos/{owner}/{repo}",
 	"GET /repos/{owner}/{repo}/pulls",
 	"GET /repos/{owner}/{repo}/pulls/{pull_number}",
 	"GET /repos/{owner}/{repo}/pulls/{pull_number}/merge",
