@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -49,7 +50,9 @@ func (d *tokenDataDir) open(ctx context.Context, create bool) (*app.TokenStore, 
 			return nil, nil, err
 		}
 	}
-	db, err := sqlite.Open(ctx, path, sqlite.Options{})
+	// The server's writer may hold the database's write lock most of the
+	// time under heavy load; wait for a turn longer than a server would.
+	db, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: time.Minute})
 	if err != nil {
 		return nil, nil, err
 	}
