@@ -139,9 +139,17 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 		return res
 	}
 	start := time.Now()
-	for n := 0; n < e.cfg.HandoffLimit && ctx.Err() == nil && time.Since(start) < e.cfg.HandoffTime; n++ {
+	for n := 0; ; n++ {
 		next, ok, err := e.writer.NextPending(ctx, *finished)
 		if err != nil || !ok {
+			break
+		}
+		if n >= e.cfg.HandoffLimit || ctx.Err() != nil || time.Since(start) >= e.cfg.HandoffTime {
+			// This worker has had the resource long enough (or is
+			// stopping): hand the next operation to the queue at once.
+			// Its old message may wait out OrderDelay, and nobody else
+			// would end the wait.
+			e.nudge(ctx, next)
 			break
 		}
 		r, fin := e.processOne(ctx, next)

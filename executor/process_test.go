@@ -353,3 +353,23 @@ func TestReconcilerPublishesUndispatched(t *testing.T) {
 		t.Fatalf("status %s after reconcile %+v", got.Status, report)
 	}
 }
+
+// A worker's handoff chain ends after HandoffLimit operations; the
+// resource's next operation must not then wait out its message's
+// OrderDelay, but carry on at once.
+func TestChainLimitDoesNotStallTheResource(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{concurrency: 4, exec: Config{HandoffLimit: 2, OrderDelay: time.Hour}})
+	if _, err := s.sim.AddIssue("octo", "demo", ghsim.NewIssue{Number: 100, Title: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < 30; i++ {
+		ids = append(ids, s.submit(t, "chain-"+itoa(i), schema.ActionComment, issue(100), `{"body":"n`+itoa(i)+`"}`).OperationID)
+	}
+	for _, id := range ids {
+		if got := s.await(t, id, 30*time.Second); got.Status != schema.StatusSucceeded {
+			t.Fatalf("%s: %s", id, got.Status)
+		}
+	}
+}
