@@ -114,4 +114,12 @@
 // package time: tests use a [FakeClock] to move past an expiry or a renewal
 // interval without sleeping. Several processes on one file must agree on
 // the time; on one machine the system clock does.
+//
+// The store compares wall-clock times (expiry in Unix microseconds).
+// AssertOwned fails when either the monotonic or the wall clock has passed
+// the local deadline, so a wall clock stepped forward ends a holder's
+// trust as early as it ends the lease in the store. A wall clock stepped
+// back makes leases last longer in the store than their TTL; holders are
+// still bounded by their monotonic deadline, and a waiting acquirer waits
+// longer. Fenced writes are safe either way: they are judged by the store.
 package coordinator

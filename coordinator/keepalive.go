@@ -35,6 +35,10 @@ var (
 // cancelled.
 func (c *Coordinator) KeepAlive(ctx context.Context, l *Lease) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
+	if e, ok := l.AssertOwned().(*LeaseLostError); ok && e.Reason == LostReleased {
+		cancel(e) // released before it was kept alive: nothing to keep
+		return kctx, func() {}
+	}
 	l.mu.Lock()
 	if l.kept {
 		l.mu.Unlock()
@@ -71,7 +75,7 @@ func (c *Coordinator) keepAlive(ctx context.Context, cancel context.CancelCauseF
 	}
 	if err := l.AssertOwned(); err != nil {
 		if e := err.(*LeaseLostError); e.Reason == LostReleased {
-			cancel(e) // nothing to keep alive, and nothing lost
+			return // released meanwhile: ends quietly, as after a timer
 		} else {
 			lose(e)
 		}

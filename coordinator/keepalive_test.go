@@ -272,10 +272,10 @@ func TestKeepAliveAfterRelease(t *testing.T) {
 	b := newBundle(t)
 	l := mustAcquire(t, b.c, testKey, "op-a", 30*time.Second)
 	work, stop := b.c.KeepAlive(context.Background(), l)
+	waitTimersAt(t, b.clock, epoch.Add(10*time.Second)) // kept alive, then released
 	if err := b.c.Release(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
-	waitTimersAt(t, b.clock, epoch.Add(10*time.Second))
 	b.clock.Advance(10 * time.Second)
 	waitTimersAt(t, b.clock) // the keepalive ended without arming anything
 	stop()

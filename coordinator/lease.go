@@ -59,7 +59,12 @@ func (l *Lease) AssertOwned() error {
 	if l.lost != nil {
 		return l.lost
 	}
-	if !l.c.clock.Now().Before(l.deadline) {
+	// The store judges expiry by the wall clock; time.Time compares by the
+	// monotonic clock when both sides have it. Either passing the deadline
+	// ends the lease here, so a wall clock stepped forward (which makes the
+	// store expire the lease early) cannot leave this holder trusting it.
+	now := l.c.clock.Now()
+	if !now.Before(l.deadline) || !now.Round(0).Before(l.deadline.Round(0)) {
 		return l.lostError(LostDeadline, nil)
 	}
 	return nil
@@ -105,7 +110,9 @@ func (l *Lease) markLost(e *LeaseLostError) {
 // noteErr marks the lease lost if err says so.
 func (l *Lease) noteErr(err error) {
 	var lost *LeaseLostError
-	if errors.As(err, &lost) {
+	// Only a loss of this lease: the caller's SQL in Fenced or ReleaseWith
+	// may report another lease's.
+	if errors.As(err, &lost) && lost.Key == l.Key && lost.Owner == l.Owner && lost.Token == l.Token {
 		l.markLost(lost)
 	}
 }
@@ -246,9 +253,11 @@ func (c *Coordinator) Release(ctx context.Context, l *Lease) error {
 	return c.ReleaseWith(ctx, l, nil)
 }
 
-// ReleaseWith is Release that runs fn in the same transaction, after the
-// ownership check and before the delete. If fn fails, the lease is kept
-// and fn's error returned. The executor saves an operation's terminal
+// ReleaseWith is Release that runs fn in the same transaction, once the
+// lease's row has been deleted on the condition that the caller still
+// holds it (so fn runs only for the holder, and must not Guard this lease:
+// its row is gone). If fn fails, the transaction is undone, the lease is
+// kept and fn's error returned. The executor saves an operation's terminal
 // record this way: the save is fenced, and the record and the release
 // share one fsync. fn runs on the database's writer: it must be short and
 // wait for nothing.

@@ -385,3 +385,33 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("forged-token error does not say why: %s", s)
 	}
 }
+
+// A lease lost inside the caller's SQL of Fenced or ReleaseWith is another
+// lease's loss: the handle running the transaction stays owned.
+func TestOtherLeasesLossDoesNotMarkThisOne(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	mine := mustAcquire(t, b.c, testKey, "op-a", 30*time.Second)
+	other := mustAcquire(t, b.c, testKey+"-other", "op-b", 30*time.Second)
+	if err := b.c.Release(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	guardOther := b.c.Guard(other)
+	err := b.c.Fenced(ctx, mine, func(tx *sqlite.Tx) error { return guardOther(tx) })
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Fenced with the other lease's guard = %v, want its loss", err)
+	}
+	if err := mine.AssertOwned(); err != nil {
+		t.Fatalf("this lease marked lost by another's loss: %v", err)
+	}
+	if err := b.c.ReleaseWith(ctx, mine, func(tx *sqlite.Tx) error { return guardOther(tx) }); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("ReleaseWith with the other lease's guard = %v", err)
+	}
+	if err := mine.AssertOwned(); err != nil {
+		t.Fatalf("after ReleaseWith failed on another lease: %v", err)
+	}
+	if st, err := b.c.Check(ctx, testKey); err != nil || !st.Locked || st.Token != mine.Token {
+		t.Fatalf("Check = %+v, %v: the failed ReleaseWith must keep the lease", st, err)
+	}
+}

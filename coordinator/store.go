@@ -30,8 +30,9 @@ type Store interface {
 	Renew(ctx context.Context, f Fence, ttl time.Duration) (Grant, error)
 	// Release deletes the lease f names if it is still the key's live
 	// lease; otherwise *LeaseLostError, and nothing changes. before, if not
-	// nil, runs in the same transaction after the check and before the
-	// delete; if it fails, nothing changes and its error is returned.
+	// nil, runs in the same transaction after the conditional delete found
+	// the lease (the row is gone when it runs); if it fails, nothing
+	// changes and its error is returned.
 	Release(ctx context.Context, f Fence, before func(*sqlite.Tx) error) error
 	// Fenced runs fn in a transaction that first checks that f is the key's
 	// live lease (*LeaseLostError otherwise, and fn does not run).

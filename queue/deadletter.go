@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -39,9 +40,20 @@ func (s *session) deadLetter(ctx context.Context, id string, n int, reason strin
 			HeaderReason:          []string{reason},
 		},
 	}
-	_, err := s.js.PublishMsg(ctx, m)
+	// The operation gets one dead letter however many of its messages
+	// fail (a dispatch and a nudge can both be in OPERATIONS): the store
+	// is refused when the subject already holds one.
+	_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return errDeadLetterExists
+	}
 	return err
 }
+
+// errDeadLetterExists is deadLetter's answer when the operation already
+// has a dead letter.
+var errDeadLetterExists = errors.New("queue: the operation already has a dead letter")
 
 // DeadLetters lists up to limit dead letters with a sequence above after,
 // oldest first (limit <= 0: 100). To page, pass the last Sequence seen.
@@ -54,6 +66,9 @@ func (b *Broker) DeadLetters(ctx context.Context, after uint64, limit int) ([]De
 		limit = 100
 	}
 	out := []DeadLetter{}
+	if after == math.MaxUint64 {
+		return out, nil // nothing can come after the last sequence
+	}
 	seq := after + 1
 	for len(out) < limit {
 		raw, err := s.dlq.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(deadLettersPrefix+">"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -92,9 +93,12 @@ func TestDeadLetterListAndPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Storing the same dead letter again (a crash before the ack) adds nothing.
-	if err := s.deadLetter(ctx, "dead-0000", 5, "again", 1); err != nil {
-		t.Fatal(err)
+	// Storing the same dead letter again (a crash before the ack), or
+	// another for the same operation, adds nothing.
+	for _, from := range []uint64{1, 77} {
+		if err := s.deadLetter(ctx, "dead-0000", 5, "again", from); !errors.Is(err, errDeadLetterExists) {
+			t.Fatalf("second dead letter from %d: %v, want errDeadLetterExists", from, err)
+		}
 	}
 	first, err := b.DeadLetters(ctx, 0, 3)
 	if err != nil || len(first) != 3 {
@@ -107,6 +111,9 @@ func TestDeadLetterListAndPurge(t *testing.T) {
 	if first[0].Reason != "reason dead-0000" {
 		t.Errorf("reason %q", first[0].Reason)
 	}
+	if none, err := b.DeadLetters(ctx, math.MaxUint64, 3); err != nil || len(none) != 0 {
+		t.Errorf("page after the last sequence: %+v, %v", none, err)
+	}
 	if _, err := b.ReplayDeadLetter(ctx, 999); !errors.Is(err, ErrDeadLetterNotFound) {
 		t.Errorf("replay of an unknown sequence = %v, want ErrDeadLetterNotFound", err)
 	}
@@ -116,6 +123,42 @@ func TestDeadLetterListAndPurge(t *testing.T) {
 	if all, err := b.DeadLetters(ctx, 0, 0); err != nil || len(all) != 0 {
 		t.Errorf("after purge: %+v, %v", all, err)
 	}
+}
+
+// An operation with two messages (its dispatch and a nudge) that keeps
+// failing gets one dead letter, not one per message.
+func TestOneDeadLetterPerOperation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	rec := newRecorder()
+	rec.result = func(id string, call int) Result { return Failed(fmt.Errorf("store unavailable (call %d)", call)) }
+	dispatch(t, b, "twice")
+	if err := b.Nudge(ctx, "twice"); err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle})
+	eventually(t, 20*time.Second, "both messages settled", func() bool {
+		return rec.count("twice") >= 10 && streamMsgs(t, b.sess.Load().ops) == 0
+	})
+	dls, err := b.DeadLetters(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].OperationID != "twice" {
+		t.Fatalf("dead letters: %+v, want one for the operation", dls)
+	}
+	if s := b.Stats(); s.DeadLettered != 1 {
+		t.Errorf("stats: dead-lettered %d, want 1", s.DeadLettered)
+	}
+	// Replayed and failing again, it gets a dead letter again.
+	if _, err := b.ReplayDeadLetter(ctx, dls[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a second dead letter", func() bool {
+		again, err := b.DeadLetters(ctx, 0, 0)
+		return err == nil && len(again) == 1 && again[0].Sequence != dls[0].Sequence
+	})
 }
 
 func TestReasonText(t *testing.T) {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -64,7 +65,16 @@ func (c *Consumer) fail(msg jetstream.Msg, id string, n int, cause error) {
 	log := c.log.With(zap.String(fieldOperationID, id), zap.Int(fieldFailures, n), zap.String(fieldReason, reason))
 
 	if n >= c.cfg.MaxFailures {
-		if err := c.sess.deadLetter(ctx, id, n, reason, seq); err != nil {
+		err := c.sess.deadLetter(ctx, id, n, reason, seq)
+		if errors.Is(err, errDeadLetterExists) {
+			// An operation can have two messages at once (its dispatch and
+			// a nudge); each counts its own failures, but replaying two
+			// dead letters would publish it twice.
+			c.settle(id, msg.DoubleAck(ctx))
+			log.Warn("operation already in the dead-letter stream; message dropped", zap.String(fieldEvent, "queue.dead_letter_exists"))
+			return
+		}
+		if err != nil {
 			log.Error("dead letter not stored; retrying", zap.String(fieldEvent, "queue.dead_letter_failed"), zap.Error(err))
 			c.settle(id, msg.NakWithDelay(delay))
 			return

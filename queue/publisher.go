@@ -53,8 +53,9 @@ func (b *Broker) Dispatch(ctx context.Context, operationID string) error {
 		b.counters.dispatchErrors.Add(1)
 		return fmt.Errorf("queue: dispatch %s: %w", operationID, err)
 	}
-	b.counters.dispatched.Add(1)
-	if ack.Duplicate {
+	if !ack.Duplicate {
+		b.counters.dispatched.Add(1) // messages stored, not calls
+	} else {
 		b.log.Debug("operation already in the stream", zap.String(fieldEvent, "queue.dispatch_duplicate"),
 			zap.String(fieldOperationID, operationID))
 	}

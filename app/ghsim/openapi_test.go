@@ -123,13 +123,14 @@ func matchTemplate(tmpl, segs []string) (map[string]string, int, bool) {
 	return params, literals, len(tmpl) == len(segs)
 }
 
-// genericStatuses are answers GitHub gives on any operation though its
-// description does not list them for each: bad credentials, rate limits,
-// missing permissions, unreachable repositories, validation failures and
-// server errors. Their bodies must be GitHub's basic error.
+// genericStatuses are answers GitHub's REST documentation says any
+// operation can give though its description does not list them for each:
+// bad credentials (401), rate limits (403 and 429, "Rate limits for the
+// REST API"), a resource the token cannot see (404) and server errors.
+// Their bodies must be GitHub's basic error with its message.
 func genericStatus(code int) bool {
 	switch code {
-	case 401, 403, 404, 422, 429:
+	case 401, 403, 404, 429:
 		return true
 	}
 	return code >= 500 && code <= 599
@@ -149,6 +150,10 @@ func (s *apiSpec) validate(req *http.Request, status int, header http.Header, bo
 		}
 		if err := s.basic.VisitJSON(v, openapi3.DisableSchemaErrorDetails()); err != nil {
 			return fmt.Errorf("%s %s: %d body is not a basic-error: %v", req.Method, path, status, err)
+		}
+		// basic-error requires nothing; GitHub's errors always say why.
+		if m, ok := v.(map[string]any); !ok || m["message"] == nil || m["message"] == "" {
+			return fmt.Errorf("%s %s: %d body has no message: %s", req.Method, path, status, body)
 		}
 		return nil
 	}
