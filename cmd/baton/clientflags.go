@@ -84,6 +84,20 @@ func cliUsageErrors(cmd *cobra.Command) {
 	}
 }
 
+// cliGroup makes a command that only groups subcommands behave like the
+// root: alone it prints its help, and an unknown subcommand is a usage
+// error (exit 2), not help and exit 0 — a script running "baton lease
+// aquire … && deploy" must not deploy without the lease.
+func cliGroup(cmd *cobra.Command) {
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return cliUsage(fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], c.CommandPath(), c.CommandPath()))
+		}
+		return nil
+	}
+}
+
 // cliAPIError words an error of the API for the terminal: the message and
 // the code, e.g. "operation not found (not_found)".
 func cliAPIError(err error) error {

@@ -22,9 +22,9 @@ untouched, they wait for an operator. List them, fix the cause, and replay
 them. Both need an admin token.`,
 		Example: `  baton dlq list
   baton dlq replay 17`,
-		Args: cobra.NoArgs,
 	}
 	cliUsageErrors(cmd)
+	cliGroup(cmd)
 	cmd.AddCommand(newDLQListCmd(), newDLQReplayCmd())
 	return cmd
 }

@@ -107,9 +107,9 @@ BATON_LEASE_TOKEN).`,
   baton lease renew issue:octo/demo#10 --lease-token 42 --ttl 5m
   baton lease release issue:octo/demo#10 --lease-token 42
   baton lease run repo:octo/demo --ttl 30s -- ./deploy.sh`,
-		Args: cobra.NoArgs,
 	}
 	cliUsageErrors(cmd)
+	cliGroup(cmd)
 	cmd.AddCommand(newLeaseAcquireCmd(), newLeaseRenewCmd(), newLeaseReleaseCmd(), newLeaseCheckCmd(), newLeaseRunCmd())
 	return cmd
 }

@@ -29,9 +29,9 @@ installation.`,
 		Example: `  baton queue show octo/app
   baton queue events octo/app --json
   baton queue reconcile octo/app`,
-		Args: cobra.NoArgs,
 	}
 	cliUsageErrors(cmd)
+	cliGroup(cmd)
 	cmd.AddCommand(newQueueShowCmd(), newQueueEventsCmd(), newQueueAuditCmd(), newQueueReconcileCmd())
 	return cmd
 }

@@ -80,9 +80,9 @@ revocation takes effect on a running server within 5 seconds.`,
   baton token create --actor ops --admin --json
   baton token list
   baton token revoke 3`,
-		Args: cobra.NoArgs,
 	}
 	cliUsageErrors(cmd)
+	cliGroup(cmd)
 	cmd.AddCommand(newTokenCreateCmd(), newTokenListCmd(), newTokenRevokeCmd())
 	return cmd
 }
