@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -119,6 +120,67 @@ func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
 	}
 	if len(handled) != 7 {
 		t.Errorf("%d deliveries handled, want 7", len(handled))
+	}
+}
+
+// A delivery that failed at "GitHub" but is in the ledger (baton recorded
+// it, and its answer was lost on the way back) is skipped: it is not
+// redelivered, and is handled once.
+func TestRecoverySkipsDeliveriesInTheLedger(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		handled = map[string]int{}
+	)
+	count := EventHandlerFunc{On: []string{"*"}, Func: func(_ context.Context, d Delivery) error {
+		mu.Lock()
+		handled[d.ID]++
+		mu.Unlock()
+		return nil
+	}}
+	e := newHookEnv(t, hookEnvOptions{handlers: map[string]EventHandler{"count": count}})
+	ctx := hookCtx(t)
+	e.sim.SetWebhookFault(ghsim.WebhookFault{Count: 2})
+	for _, label := range []string{"a", "b"} {
+		if err := e.sim.AddLabel("octo", "demo", 11, label, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitDeliveries(ctx)
+	sent := e.sim.Deliveries()
+	if len(sent) != 2 || sent[0].OK() || sent[1].OK() {
+		t.Fatalf("simulator deliveries: %+v", sent)
+	}
+	known, missed := sent[0], sent[1]
+	// baton got the first after all: it is recorded under its GUID.
+	if resp := e.post("s3cret", known.Event, known.GUID, known.Payload); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("recording %s: %d", known.GUID, resp.StatusCode)
+	}
+	e.waitSettled(ctx)
+
+	r, err := NewRecovery(RecoveryConfig{Ledger: e.ledger, App: e.clients.App()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed != 2 || rep.Skipped != 1 || !slices.Equal(rep.Redelivered, []string{missed.GUID}) {
+		t.Errorf("report %+v, want %s redelivered and %s skipped", rep, missed.GUID, known.GUID)
+	}
+	e.waitSettled(ctx)
+	for _, d := range e.sim.Deliveries() {
+		if d.Redelivery && d.GUID == known.GUID {
+			t.Errorf("the delivery in the ledger was redelivered: %s", d.GUID)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, guid := range []string{known.GUID, missed.GUID} {
+		if handled[guid] != 1 {
+			t.Errorf("delivery %s handled %d times", guid, handled[guid])
+		}
 	}
 }
 

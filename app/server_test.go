@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html"
 	"io"
+	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,6 +187,124 @@ func TestServerWithoutAppServesSetup(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without an App: %d", resp.StatusCode)
+	}
+}
+
+// Setup through the real server: a server without App credentials serves
+// /setup; the manifest flow at "GitHub" comes back to its callback, which
+// stores the credentials and asks for a restart. A new server on the same
+// data directory, given nothing else, then runs as the App: an operation
+// succeeds, and the App's webhooks (sent to the manifest's URL) are
+// answered 202.
+func TestServerSetupThenRestart(t *testing.T) {
+	t.Parallel()
+	ctx := hookCtx(t)
+	sim, err := ghsim.New(ghsim.Config{PrivateKey: hookAppKey(), Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		t.Fatal(err)
+	}
+	// The manifest's webhook URL is the public URL: both servers listen on
+	// the same address, so the App's webhooks reach whichever runs.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+
+	first, err := NewServer(Config{DataDir: dir, Listen: addr, PublicURL: "http://" + addr, GitHubWebURL: sim.URL(), GitHubURL: sim.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Transport: tr, Jar: jar, Timeout: 30 * time.Second}
+	page := setupGet(t, browser, first.URL()+"/setup", http.StatusOK)
+	m, mf := formActionRE.FindStringSubmatch(page), manifestRE.FindStringSubmatch(page)
+	if m == nil || mf == nil {
+		t.Fatalf("no manifest form in\n%s", page)
+	}
+	resp, err := browser.PostForm(html.UnescapeString(m[1]), url.Values{"manifest": {html.UnescapeString(mf[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Request.URL.String(), first.URL()+"/setup/callback?") ||
+		!strings.Contains(string(body), `id="restart"`) || !strings.Contains(string(body), "Restart baton") || strings.Contains(string(body), `id="running"`) {
+		t.Fatalf("callback %d at %s:\n%s", resp.StatusCode, resp.Request.URL, body)
+	}
+	if creds, ok, err := LoadAppCredentials(dir); err != nil || !ok || creds.AppID != sim.AppID() {
+		t.Fatalf("stored credentials: %v, %v", ok, err)
+	}
+	if got := sim.WebhookURL(); got != "http://"+addr+"/webhooks/github" {
+		t.Errorf("the App's webhook is %s", got)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := first.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+
+	// The restart: the data directory and the address, nothing else.
+	srv := startServer(t, Config{DataDir: dir, Listen: addr})
+	if srv.gh == nil {
+		t.Fatal("the restarted server does not run as the App")
+	}
+	token, _, err := srv.Tokens().CreateToken(ctx, TokenSpec{Actor: "ci", Installations: []int64{ghsim.DemoInstallationID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(srv.URL(), client.WithToken(token))
+	before := len(sim.Deliveries())
+	var op client.Operation
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The registry resyncs from "GitHub" at start: until then the
+		// repository resolves to no installation.
+		op, _, err = c.Submit(ctx, client.SubmitRequest{IdempotencyKey: "restart-1", Action: schema.ActionComment,
+			Resource: schema.Resource{Type: "issue", ID: "octo/demo#10"}, Payload: json.RawMessage(`{"body":"hello"}`)})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	done, err := c.Wait(ctx, op.OperationID, 20*time.Second)
+	if err != nil || done.Status != schema.StatusSucceeded || done.InstallationID != ghsim.DemoInstallationID {
+		t.Fatalf("operation: %+v %v", done, err)
+	}
+	// The comment comes back as an issue_comment delivery, signed with the
+	// stored secret and answered 202.
+	if err := sim.WaitDeliveries(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := sim.Deliveries()[before:]
+	if len(sent) == 0 {
+		t.Fatal("no webhook delivery after the operation")
+	}
+	for _, d := range sent {
+		if d.StatusCode != http.StatusAccepted {
+			t.Errorf("delivery %s (%s) answered %d", d.GUID, d.Event, d.StatusCode)
+		}
+		if _, err := srv.ledger.Get(ctx, d.GUID); err != nil {
+			t.Errorf("delivery %s not in the ledger: %v", d.GUID, err)
+		}
 	}
 }
 

@@ -48,7 +48,7 @@ type SetupConfig struct {
 	// account of the person setting it up.
 	Organization string
 	// AppName is the App's name (GitHub asks for a unique one; the person
-	// may installationChange it on GitHub's page). Defaults to "baton".
+	// may change it on GitHub's page). Defaults to "baton".
 	AppName string
 	// Force offers to create a new App even when credentials are stored
 	// (the new ones replace them).

@@ -29,12 +29,13 @@ func chromiumPath(t *testing.T) string {
 // The setup flow end to end in headless Chromium: the button on baton's
 // /setup posts the manifest to "GitHub", which creates the App and sends
 // the browser back to /setup/callback; baton exchanges the code, stores
-// the credentials, starts running as the App, and shows the installation
+// the credentials, says that a restart makes it run as the App (what
+// Server's setup answers: ErrRestartRequired), and shows the installation
 // link. The stored key then authenticates as the App.
 func TestSetupFlowInBrowser(t *testing.T) {
 	t.Parallel()
 	exe := chromiumPath(t)
-	e := newSetupEnv(t, SetupConfig{}, nil)
+	e := newSetupEnv(t, SetupConfig{}, ErrRestartRequired)
 	ctx := hookCtx(t)
 
 	// Chromium's helpers may still write to the profile for a moment after
@@ -83,7 +84,7 @@ func TestSetupFlowInBrowser(t *testing.T) {
 	}
 	if err := chromedp.Do(browser,
 		chromedp.Click(chromedp.ID("create-app")),
-		chromedp.WaitVisible(chromedp.ID("install-link")),
+		chromedp.WaitVisible(chromedp.ID("restart")),
 	); err != nil {
 		t.Fatalf("create the App: %v", err)
 	}
@@ -95,9 +96,13 @@ func TestSetupFlowInBrowser(t *testing.T) {
 	if err != nil || link.Value != e.sim.URL()+"/apps/baton/installations/new" {
 		t.Errorf("installation link %+v, %v", link, err)
 	}
-	running, err := chromedp.Run(browser, chromedp.Text(chromedp.ID("running")))
-	if err != nil || !strings.Contains(running, "now runs as the App") {
-		t.Errorf("running notice %q, %v", running, err)
+	restart, err := chromedp.Run(browser, chromedp.Text(chromedp.ID("restart")))
+	if err != nil || !strings.Contains(restart, "Restart baton to run as the App") {
+		t.Errorf("restart notice %q, %v", restart, err)
+	}
+	running, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll("#running").length`))
+	if err != nil || running != 0 {
+		t.Errorf("the page claims baton runs as the App (%d), %v", running, err)
 	}
 	e.checkCredentials(ctx)
 
@@ -111,5 +116,9 @@ func TestSetupFlowInBrowser(t *testing.T) {
 	forms, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll("form").length`))
 	if err != nil || forms != 0 {
 		t.Errorf("configured page has %d forms, %v", forms, err)
+	}
+	configured, err := chromedp.Run(browser, chromedp.Text(chromedp.ID("configured")))
+	if err != nil || !strings.Contains(configured, "restart it") {
+		t.Errorf("configured notice %q, %v", configured, err)
 	}
 }

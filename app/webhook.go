@@ -68,8 +68,9 @@ type WebhookConfig struct {
 // Answers: 202 a new delivery, recorded; 200 a delivery already recorded
 // (nothing else happens); 400 missing X-GitHub-Delivery or X-GitHub-Event,
 // or a body that is not a JSON object; 401 a missing or bad signature
-// (nothing is recorded); 405 not a POST; 413 a body over MaxBodyBytes;
-// 503 too many bodies in flight; 500 the ledger could not be written.
+// (nothing is recorded; checked before the delivery's headers and payload
+// are looked at, so an unsigned request learns nothing else); 405 not a
+// POST; 413 a body over MaxBodyBytes; 503 too many bodies in flight; 500 the ledger could not be written.
 // Errors have the API's shape: {"error": {"code", "message"}}.
 type WebhookReceiver struct {
 	cfg      WebhookConfig
@@ -163,12 +164,6 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.unauthorized(rw, r, "missing or malformed X-Hub-Signature-256")
 		return
 	}
-	deliveryID := r.Header.Get("X-GitHub-Delivery")
-	event := r.Header.Get("X-GitHub-Event")
-	if deliveryID == "" || event == "" {
-		w.fail(rw, http.StatusBadRequest, "invalid", schema.CodeInvalidRequest, "X-GitHub-Delivery and X-GitHub-Event are required")
-		return
-	}
 
 	secrets := *w.secrets.Load()
 	macs := make([]hash.Hash, len(secrets))
@@ -200,6 +195,14 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The delivery's headers are checked only once the signature holds: an
+	// unsigned caller learns nothing but 401.
+	deliveryID := r.Header.Get("X-GitHub-Delivery")
+	event := r.Header.Get("X-GitHub-Event")
+	if deliveryID == "" || event == "" {
+		w.fail(rw, http.StatusBadRequest, "invalid", schema.CodeInvalidRequest, "X-GitHub-Delivery and X-GitHub-Event are required")
+		return
+	}
 	if !deliveryIDRE.MatchString(deliveryID) || !eventNameRE.MatchString(event) {
 		w.fail(rw, http.StatusBadRequest, "invalid", schema.CodeInvalidRequest, "X-GitHub-Delivery or X-GitHub-Event is malformed")
 		return

@@ -128,6 +128,18 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 	if rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
 		t.Errorf("wrong secret: %d %s", rec.Code, rec.Body)
 	}
+	// A bad signature is 401 even when the delivery's headers are missing:
+	// an unsigned caller does not learn which headers are required.
+	for _, missing := range []string{"X-GitHub-Delivery", "X-GitHub-Event"} {
+		for name, sig := range map[string]string{"wrong secret": webhookSignature("wrong", body), "none": ""} {
+			h := signedHook("s3cret", "pull_request", "d-1", body)
+			delete(h, missing)
+			h["X-Hub-Signature-256"] = sig
+			if rec = serveHook(w, "POST", h, body); rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
+				t.Errorf("signature %s, no %s: %d %s", name, missing, rec.Code, rec.Body)
+			}
+		}
+	}
 	h := signedHook("s3cret", "pull_request", "d-1", body)
 	delete(h, "X-GitHub-Delivery")
 	if rec = serveHook(w, "POST", h, body); rec.Code != http.StatusBadRequest || hookErrorCode(t, rec) != "invalid_request" {
@@ -232,8 +244,8 @@ func TestWebhookConfigValidated(t *testing.T) {
 	}
 }
 
-// 1,000 concurrent requests with invalid signatures installationChange nothing, and a
-// valid delivery right after is accepted at once.
+// 1,000 concurrent requests with invalid signatures change nothing, and a valid
+// delivery right after is accepted at once.
 func TestWebhookInvalidSignatureFlood(t *testing.T) {
 	t.Parallel()
 	w, l := newHookReceiver(t, WebhookConfig{})

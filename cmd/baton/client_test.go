@@ -225,6 +225,43 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 }
 
+// ListInstallations makes the env's installations listable: octo (1) with
+// two repositories, and acme (7), suspended, which alice and bob may not
+// act on.
+func (cliInstallations) ListInstallations(context.Context) ([]app.Installation, error) {
+	return []app.Installation{
+		{ID: 1, Account: "octo", AccountType: "Organization", Repositories: []string{"octo/demo", "octo/site"}},
+		{ID: 7, Account: "acme", AccountType: "Organization", Repositories: []string{"acme/site"}, Suspended: true},
+	}, nil
+}
+
+// installations: a table or JSON of what the token may act on (an admin
+// token: all).
+func TestCLIInstallations(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	r := env.as(t, env.alice, "installations")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ID") || strings.Count(r.stdout, "\n") != 2 ||
+		!regexp.MustCompile(`(?m)^1\s+octo\s+false\s+octo/demo, octo/site$`).MatchString(r.stdout) {
+		t.Errorf("installations:\n%s%s", r.stdout, r.stderr)
+	}
+	r = env.as(t, env.admin, "installations", "--json")
+	var list struct {
+		Installations []client.Installation `json:"installations"`
+	}
+	cliDecodeJSON(t, r.stdout, &list)
+	if r.code != 0 || len(list.Installations) != 2 || list.Installations[1].ID != 7 || !list.Installations[1].Suspended ||
+		list.Installations[1].Account != "acme" {
+		t.Errorf("installations --json as admin: %+v", r)
+	}
+	if r := env.as(t, "", "installations"); r.code != 1 || !strings.Contains(r.stderr, "unauthorized") {
+		t.Errorf("no token: %+v", r)
+	}
+	if r := cliRun(t, "", "installations", "extra"); r.code != 2 {
+		t.Errorf("installations extra: exit %d, want 2", r.code)
+	}
+}
+
 // Tokens: created on the data directory (the server may be running),
 // printed once, listed without the token, revoked.
 func TestCLITokens(t *testing.T) {
@@ -338,7 +375,7 @@ func TestCLIHelp(t *testing.T) {
 func cliIsMine(c *cobra.Command) bool {
 	for p := c; p != nil; p = p.Parent() {
 		switch p.Name() {
-		case "submit", "status", "cancel", "ops", "dlq", "lease", "token", "bench":
+		case "submit", "status", "cancel", "ops", "dlq", "lease", "token", "bench", "installations":
 			return true
 		}
 	}
