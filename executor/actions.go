@@ -40,6 +40,39 @@ type actionError struct{ c Classification }
 
 func (e *actionError) Error() string { return e.c.Message }
 
+// unprocessable reports whether a failed call was refused with 422 and a
+// message containing want (case-insensitive).
+func unprocessable(resp *github.Response, err error, want string) bool {
+	var ere *github.ErrorResponse
+	return resp != nil && resp.StatusCode == http.StatusUnprocessableEntity && asErrorResponse(err, &ere) &&
+		strings.Contains(strings.ToLower(ere.Message), want)
+}
+
+// guardKey carries, in a call's context, the check an action runs
+// immediately before its mutating request when it makes another request
+// first (the lease's AssertOwned).
+type guardKey struct{}
+
+// guardError is the check's refusal: the mutating request was not made.
+type guardError struct{ err error }
+
+func (e *guardError) Error() string { return "not sent: " + e.err.Error() }
+func (e *guardError) Unwrap() error { return e.err }
+
+func withGuard(ctx context.Context, check func() error) context.Context {
+	return context.WithValue(ctx, guardKey{}, check)
+}
+
+// guard runs the check ctx carries, if any.
+func guard(ctx context.Context) error {
+	if check, ok := ctx.Value(guardKey{}).(func() error); ok {
+		if err := check(); err != nil {
+			return &guardError{err}
+		}
+	}
+	return nil
+}
+
 // --- github.pulls.merge ---
 
 type mergeAction struct{}
@@ -99,8 +132,10 @@ func (updateBranchAction) do(ctx context.Context, c *github.Client, _ *schema.Re
 		return updateBranchResult{Accepted: true, Message: body.Message}, resp, nil
 	}
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+		if unprocessable(resp, err, "expected head sha") {
 			// The head moved: expected_head_sha is the compare-and-swap.
+			// (Other 422s — a closed pull request, a merge conflict — are
+			// classified as any other.)
 			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
 				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "head is no longer expectedHeadSha"}}
 		}
@@ -304,12 +339,20 @@ func (updateRefAction) do(ctx context.Context, c *github.Client, _ *schema.Recor
 			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
 				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "ref no longer points at expectedSha"}}
 		}
+		// The lease was checked before the read; the update is a second
+		// call, so it is checked again.
+		if err := guard(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	sha := pl.SHA
 	full := "refs/" + t.Ref
 	r, resp, err := c.Git.UpdateRef(ctx, t.Owner, t.Repo, &github.Reference{Ref: &full, Object: &github.GitObject{SHA: &sha}}, pl.Force)
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+		if unprocessable(resp, err, "not a fast forward") {
+			// Another push moved the ref: the fast-forward rule is the
+			// compare-and-swap. ("Reference does not exist", "Object does
+			// not exist" and other 422s are classified as any other.)
 			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
 				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "update is not a fast forward"}}
 		}

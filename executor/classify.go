@@ -60,6 +60,10 @@ type Classification struct {
 	Status int
 	// RequestID is GitHub's X-GitHub-Request-Id, when there was a response.
 	RequestID string
+	// NotSent is true when the request never reached GitHub: go-github
+	// refused it itself because a rate limit it saw earlier has not reset
+	// yet. Such a refusal spends no attempt.
+	NotSent bool
 	// Message is a short description for the record, free of secrets.
 	Message string
 }
@@ -89,7 +93,20 @@ func Classify(err error, now time.Time) Classification {
 		case s == http.StatusNotFound || s == http.StatusForbidden || s == http.StatusUnauthorized:
 			// Removed or suspended installation, or the App lost access.
 			c.Category = CategoryInstallationUnavailable
-		case s == http.StatusTooManyRequests || s >= 500:
+		case s == http.StatusTooManyRequests:
+			// The exchange met a rate limit of the installation: every
+			// request of it waits, as for any other 429. No token was
+			// issued, so nothing was applied.
+			c.Category, c.Retryable, c.PauseInstallation = CategoryRateLimited, true, true
+			c.Wait = retryAfter(ghi.Response.Header)
+			if ghi.Response.Header.Get("X-Ratelimit-Remaining") == "0" {
+				c.Category = CategoryPrimaryRateLimit
+				c.Wait = max(c.Wait, resetWait(ghi.Response.Header, now))
+			}
+			if c.Wait <= 0 {
+				c.Wait = DefaultSecondaryWait
+			}
+		case s >= 500:
 			c.Category, c.Retryable = CategoryServerError, true
 			c.Wait = retryAfter(ghi.Response.Header)
 		default:
@@ -103,6 +120,10 @@ func Classify(err error, now time.Time) Classification {
 		c := Classification{Category: CategoryPrimaryRateLimit, Retryable: true, PauseInstallation: true,
 			Message: "primary rate limit exhausted"}
 		c.Status, c.RequestID = respInfo(rle.Response)
+		if synthetic(rle.Response, rle.Message) {
+			c.Status, c.NotSent = 0, true
+			c.Message += " (not sent)"
+		}
 		if !rle.Rate.Reset.Time.IsZero() {
 			c.Wait = max(rle.Rate.Reset.Time.Sub(now), time.Second)
 		} else {
@@ -115,6 +136,10 @@ func Classify(err error, now time.Time) Classification {
 		c := Classification{Category: CategorySecondaryRateLimit, Retryable: true, PauseInstallation: true,
 			Message: "secondary rate limit"}
 		c.Status, c.RequestID = respInfo(are.Response)
+		if synthetic(are.Response, are.Message) {
+			c.Status, c.NotSent = 0, true
+			c.Message += " (not sent)"
+		}
 		c.Wait = DefaultSecondaryWait
 		if are.RetryAfter != nil && *are.RetryAfter > 0 {
 			c.Wait = *are.RetryAfter
@@ -176,6 +201,9 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		c.Wait = retryAfter(r.Header)
 	case s == http.StatusUnauthorized:
 		c.Category = CategoryUnauthorized
+	case s == http.StatusForbidden && strings.Contains(strings.ToLower(ere.Message), "installation has been suspended"):
+		// A token issued before the suspension.
+		c.Category = CategoryInstallationUnavailable
 	case s == http.StatusForbidden:
 		c.Category = CategoryForbidden
 	case s == http.StatusNotFound:
@@ -212,6 +240,18 @@ func resetWait(h http.Header, now time.Time) time.Duration {
 		return 0
 	}
 	return max(time.Unix(n, 0).Sub(now), time.Second)
+}
+
+// synthetic reports whether a rate-limit error is one go-github made up
+// without sending the request: until a limit it saw resets, it answers
+// with a fake 403 of its own (no headers, so no X-GitHub-Request-Id) and a
+// message saying no request was made.
+func synthetic(r *http.Response, msg string) bool {
+	if r == nil {
+		return true
+	}
+	return strings.Contains(msg, "not making remote request") ||
+		(len(r.Header) == 0 && r.StatusCode == http.StatusForbidden)
 }
 
 func respInfo(r *http.Response) (int, string) {

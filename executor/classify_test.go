@@ -27,6 +27,12 @@ func resp(status int, headers ...string) *http.Response {
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Header: h}
 }
 
+// syntheticResp is the response go-github makes up when it refuses to
+// send a request.
+func syntheticResp() *http.Response {
+	return &http.Response{Status: http.StatusText(http.StatusForbidden), StatusCode: http.StatusForbidden, Header: make(http.Header)}
+}
+
 func errResp(status int, msg string, headers ...string) error {
 	return &github.ErrorResponse{Response: resp(status, headers...), Message: msg}
 }
@@ -55,8 +61,14 @@ func TestClassify(t *testing.T) {
 	}{
 		{"primary RateLimitError with reset", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}}, Response: resp(403)},
 			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 403},
-		{"primary RateLimitError synthetic (not sent)", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: now.Add(5 * time.Minute)}}},
+		// go-github's own refusals carry a made-up 403 without headers
+		// (checkRateLimitBeforeDo, checkSecondaryRateLimitBeforeDo).
+		{"primary RateLimitError synthetic (not sent)", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: now.Add(5 * time.Minute)}},
+			Response: syntheticResp(), Message: "API rate limit of 5000 still exceeded until 2026-03-01 12:05:00 +0000 UTC, not making remote request."},
 			CategoryPrimaryRateLimit, true, false, true, 5 * time.Minute, 0},
+		{"secondary AbuseRateLimitError synthetic (not sent)", &github.AbuseRateLimitError{Response: syntheticResp(), RetryAfter: secs(40 * time.Second),
+			Message: "API secondary rate limit exceeded until 2026-03-01 12:00:40 +0000 UTC, not making remote request."},
+			CategorySecondaryRateLimit, true, false, true, 40 * time.Second, 0},
 		{"secondary AbuseRateLimitError with Retry-After", &github.AbuseRateLimitError{Response: resp(403), RetryAfter: secs(90 * time.Second)},
 			CategorySecondaryRateLimit, true, false, true, 90 * time.Second, 403},
 		{"secondary AbuseRateLimitError without Retry-After", &github.AbuseRateLimitError{Response: resp(403)},
@@ -96,6 +108,12 @@ func TestClassify(t *testing.T) {
 			CategoryInstallationUnavailable, false, false, false, 0, 404},
 		{"installation token 403 (suspended)", &ghinstallation.HTTPError{Message: "x", Response: resp(403)},
 			CategoryInstallationUnavailable, false, false, false, 0, 403},
+		{"installation token 429", &ghinstallation.HTTPError{Message: "x", Response: resp(429, "Retry-After", "5")},
+			CategoryRateLimited, true, false, true, 5 * time.Second, 429},
+		{"installation token 429 without Retry-After", &ghinstallation.HTTPError{Message: "x", Response: resp(429)},
+			CategoryRateLimited, true, false, true, DefaultSecondaryWait, 429},
+		{"403 suspended (token issued before)", errResp(403, "This installation has been suspended"),
+			CategoryInstallationUnavailable, false, false, false, 0, 403},
 		{"installation token 500", &ghinstallation.HTTPError{Message: "x", Response: resp(500)},
 			CategoryServerError, true, false, false, 0, 500},
 		{"installation token network", &ghinstallation.HTTPError{Message: "x", RootCause: urlErr(io.EOF)},
@@ -108,6 +126,16 @@ func TestClassify(t *testing.T) {
 			got.PauseInstallation != c.pause || got.Wait != c.wait || got.Status != c.status {
 			t.Errorf("%s: got %+v\nwant category=%s retryable=%v ambiguous=%v pause=%v wait=%v status=%d",
 				c.name, got, c.category, c.retryable, c.ambiguous, c.pause, c.wait, c.status)
+		}
+	}
+	for _, err := range []error{cases[1].err, cases[2].err} {
+		if cl := Classify(err, now); !cl.NotSent || cl.RequestID != "" {
+			t.Errorf("go-github refusal %v: %+v", err, cl)
+		}
+	}
+	for _, err := range []error{cases[0].err, cases[3].err, errResp(429, "")} {
+		if Classify(err, now).NotSent {
+			t.Errorf("%v: NotSent for an answer from GitHub", err)
 		}
 	}
 	if Classify(errResp(500, ""), now).RequestID != "REQ-1" {

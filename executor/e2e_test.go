@@ -36,6 +36,9 @@ type stackOptions struct {
 	concurrency int
 	logger      *zap.Logger
 	synchronous string
+	// front, if set, returns the address baton is to reach the simulator
+	// at (a proxy in front of it).
+	front func(t testing.TB, simURL string) string
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -62,6 +65,13 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	sim, gh := newSim(t, o.sim)
+	if o.front != nil {
+		gh, err = NewGitHubClients(GitHubConfig{BaseURL: o.front(t, sim.URL()), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gh.Close)
+	}
 	store := NewSQLiteStore(db, nil)
 	cfg := o.exec
 	cfg.Store, cfg.Dispatcher, cfg.Leases, cfg.GitHub, cfg.Logger = store, broker, coord, gh, log

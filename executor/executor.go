@@ -60,7 +60,9 @@ type Config struct {
 	OrderDelay time.Duration
 	// HandoffLimit is how many of a resource's next operations a worker
 	// carries out, one after the other, after finishing one. Defaults to
-	// 1000; negative turns handoff off.
+	// 1000; negative means none: the worker only sends the next one a
+	// fresh message (as it does when a chain reaches the limit), so that
+	// it need not wait out OrderDelay.
 	HandoffLimit int
 	// HandoffTime bounds the time a worker spends on such a chain.
 	// Defaults to 30s.
@@ -240,6 +242,13 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 	rec, err := e.store.RequestCancel(ctx, operationID)
 	if err == nil && rec.Status == schema.StatusRunning {
 		e.cancels.notify(operationID)
+		if rec.NextAttemptAt != nil {
+			// It may be waiting in the queue (sent back for a long wait)
+			// rather than in a worker: a fresh message has it recorded
+			// cancelled now instead of when the wait ends. (If a worker
+			// holds it, that message finds it terminal.)
+			e.nudge(ctx, operationID)
+		}
 	}
 	if err == nil && rec.Status == schema.StatusCancelled && e.nudger != nil && e.writer != nil {
 		// The next operation on its resource was waiting for it: it may

@@ -167,6 +167,9 @@ func (p *pacer) acquire(ctx context.Context, inst int64) (done func(), err error
 	}
 }
 
+// enabled reports whether the pacer shapes anything.
+func (p *pacer) enabled() bool { return p != nil && !p.cfg.Disabled }
+
 // admit says, before an operation takes its lease, whether acquire would
 // send it back to the queue: it returns that delay, or 0 if the operation
 // should go ahead. Deciding before the lease spares the two writes of a

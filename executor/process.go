@@ -140,15 +140,19 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 	}
 	start := time.Now()
 	for n := 0; ; n++ {
-		next, ok, err := e.writer.NextPending(ctx, *finished)
+		// The lookup must also work when the worker is stopping (ctx
+		// ended): the next operation is then handed to the queue.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		next, ok, err := e.writer.NextPending(lctx, *finished)
+		cancel()
 		if err != nil || !ok {
 			break
 		}
 		if n >= e.cfg.HandoffLimit || ctx.Err() != nil || time.Since(start) >= e.cfg.HandoffTime {
 			// This worker has had the resource long enough (or is
-			// stopping): hand the next operation to the queue at once.
-			// Its old message may wait out OrderDelay, and nobody else
-			// would end the wait.
+			// stopping, or hands off nothing): hand the next operation to
+			// the queue at once. Its old message may wait out OrderDelay,
+			// and nobody else would end the wait.
 			e.nudge(ctx, next)
 			break
 		}
@@ -232,9 +236,11 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 		return failed(err), false
 	}
 	now := e.now()
-	if unavailable == nil {
+	if unavailable == nil && !rec.CancellationRequested {
 		// A wait GitHub imposed on the installation, or a long turn in its
-		// pace: go back to the queue without touching the lease.
+		// pace: go back to the queue without touching the lease. An
+		// operation asked to stop does not wait: it takes the lease only
+		// to be recorded cancelled.
 		if w := e.pauses.remaining(inst, now); w > 0 {
 			return retry(w), false
 		}
@@ -297,6 +303,10 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 	cancelled, unwatch := e.cancels.watch(rec.OperationID)
 	defer unwatch()
 	r.cancelled = cancelled
+	if run.CancellationRequested {
+		res, _ := r.boundary()
+		return res, false
+	}
 	if unavailable != nil {
 		return r.finish(schema.StatusFailed, nil, CategoryInstallationUnavailable, unavailable.Error()), false
 	}
@@ -398,7 +408,7 @@ func (r *runner) loop() Result {
 		if !r.started && r.rec.Attempts >= r.rec.MaxAttempts {
 			return r.finish(schema.StatusFailed, nil, r.rec.LastErrorCategory, r.rec.LastErrorMessage)
 		}
-		paced, err := e.pacer.acquire(r.ctx, r.inst)
+		paced, err := r.pace()
 		var rq paceRequeue
 		switch {
 		case errors.As(err, &rq):
@@ -412,6 +422,24 @@ func (r *runner) loop() Result {
 		}
 		probe = ambiguous
 	}
+}
+
+// pace waits for the installation's pace, if pacing is on; a
+// cancellation ends the wait (the loop's boundary then sees it).
+func (r *runner) pace() (func(), error) {
+	if !r.e.pacer.enabled() {
+		return r.e.pacer.acquire(r.ctx, r.inst)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.cancelled:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return r.e.pacer.acquire(ctx, r.inst)
 }
 
 // boundary is checked between attempts: cancellation requested, lease
@@ -546,9 +574,18 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		return e.busy(), true, false
 	}
 	ctx, cancel := e.callCtx(r.ctx)
-	result, resp, err := act.do(ctx, r.client, r.rec, r.target, r.payload)
+	// An action that reads before it mutates checks the lease again
+	// immediately before the mutating call.
+	result, resp, err := act.do(withGuard(ctx, r.lease.AssertOwned), r.client, r.rec, r.target, r.payload)
 	cancel()
 	paced()
+	var ge *guardError
+	if errors.As(err, &ge) {
+		// The lease ended between the action's read and its mutation:
+		// nothing was changed, but the record cannot be saved any more.
+		r.log.Warn("lease lost before the call; stopping", zap.String(LogEvent, "lease_lost"))
+		return e.busy(), true, false
+	}
 	last := &r.rec.AttemptLog[len(r.rec.AttemptLog)-1]
 	last.EndedAt = e.now()
 	if resp != nil {
@@ -560,7 +597,8 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	}
 	cl := Classify(err, e.now())
 	last.ErrorCategory, last.ErrorMessage = cl.Category, cl.Message
-	if last.HTTPStatus == 0 {
+	if last.HTTPStatus == 0 || cl.NotSent {
+		// (A request go-github refused itself carries a made-up 403.)
 		last.HTTPStatus, last.RequestID = cl.Status, cl.RequestID
 	}
 	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
@@ -572,10 +610,19 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	if !cl.Retryable {
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
-	if cl.Wait > e.cfg.MaxInlineWait {
-		// GitHub asked for a long wait: back to the queue, and this
-		// attempt, refused before it was applied, spends nothing.
+	// A request refused without being applied — never sent, or stopped by
+	// a rate limit — spends no attempt when it is to wait long: the
+	// operation goes back to the queue. A go-github refusal (never sent)
+	// spends none whatever the wait. An ambiguous failure (a 5xx that
+	// may have been applied) spends its attempt in any case.
+	refused := cl.NotSent || (!cl.Ambiguous && isRateLimit(cl.Category))
+	if refused && (cl.NotSent || cl.Wait > e.cfg.MaxInlineWait) {
 		r.rec.Attempts--
+		if cl.Wait <= e.cfg.MaxInlineWait {
+			// The installation's pause (set above) is waited out by the
+			// loop.
+			return Result{}, false, false
+		}
 		last.WaitMillis = cl.Wait.Milliseconds()
 		return r.requeue(cl.Wait), true, false
 	}
@@ -586,6 +633,12 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 			return Result{}, false, true
 		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	if cl.Wait > e.cfg.MaxInlineWait {
+		// A long wait after an attempt that counts: back to the queue;
+		// the probe owed for an ambiguous failure runs when it returns.
+		last.WaitMillis = cl.Wait.Milliseconds()
+		return r.requeue(cl.Wait), true, false
 	}
 	delay := e.backoff(r.rec.Attempts, cl.Wait)
 	last.WaitMillis = delay.Milliseconds()
@@ -695,6 +748,16 @@ func (r *runner) release() error {
 	}
 	r.e.turns.leave(r.rec.Resource.Key())
 	return nil
+}
+
+// isRateLimit reports whether category is one of GitHub's refusals for a
+// rate limit: the request was not applied.
+func isRateLimit(category string) bool {
+	switch category {
+	case CategoryRateLimited, CategorySecondaryRateLimit, CategoryPrimaryRateLimit:
+		return true
+	}
+	return false
 }
 
 // lastAttemptAmbiguous reports whether the operation's last attempt may

@@ -4,7 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,5 +377,324 @@ func TestChainLimitDoesNotStallTheResource(t *testing.T) {
 		if got := s.await(t, id, 30*time.Second); got.Status != schema.StatusSucceeded {
 			t.Fatalf("%s: %s", id, got.Status)
 		}
+	}
+}
+
+// An operation sent back to the queue for a long wait (here a secondary
+// limit with Retry-After: 90) is cancelled at once when asked, not when
+// the wait ends.
+func TestCancelWhileWaitingInTheQueue(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: -1, SecondaryLimit: 1, SecondaryRetryAfter: 90 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	first := s.submit(t, "qc-1", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s", got.Status)
+	}
+	second := s.submit(t, "qc-2", schema.ActionComment, issue(11), `{"body":"two"}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, _ := s.store.Get(context.Background(), second.OperationID)
+		if rec.NextAttemptAt != nil && len(rec.AttemptLog) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never requeued: %+v", rec)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	asked := time.Now()
+	if _, err := s.exec.Cancel(context.Background(), second.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, second.OperationID, 5*time.Second)
+	if got.Status != schema.StatusCancelled || !got.CancellationRequested || got.Attempts != 0 {
+		t.Fatalf("status=%s attempts=%d", got.Status, got.Attempts)
+	}
+	if took := got.CompletedAt.Sub(asked); took > 2*time.Second {
+		t.Errorf("cancellation took %v", took)
+	}
+}
+
+// retryAfterProxy stands in front of the simulator and adds Retry-After to
+// its 503 answers (the simulator's status faults send none).
+func retryAfterProxy(t testing.TB, target, retryAfter string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if r.StatusCode == http.StatusServiceUnavailable {
+			r.Header.Set("Retry-After", retryAfter)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// A 5xx may have been applied: when its Retry-After is longer than
+// MaxInlineWait, the operation goes back to the queue but the attempt
+// still counts, so the operation ends after MaxAttempts.
+func TestLongServerErrorWaitSpendsAttempts(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{MaxInlineWait: time.Second},
+		front: func(t testing.TB, simURL string) string { return retryAfterProxy(t, simURL, "2") }})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 503}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "503", schema.ActionComment, issue(10), `{"body":"never"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusFailed || got.Attempts != 3 || got.LastErrorCategory != CategoryServerError {
+		t.Fatalf("status=%s attempts=%d category=%s", got.Status, got.Attempts, got.LastErrorCategory)
+	}
+	var calls, probes int
+	for _, a := range got.AttemptLog {
+		if a.Probe {
+			probes++
+			continue
+		}
+		calls++
+		if a.HTTPStatus != 503 || a.WaitMillis < 2000 && a.Number < 3 {
+			t.Errorf("attempt %+v", a)
+		}
+	}
+	if calls != 3 || probes < 2 {
+		t.Errorf("calls=%d probes=%d log=%+v", calls, probes, got.AttemptLog)
+	}
+}
+
+// When GitHub's last answer spent the primary budget, go-github refuses
+// the next request itself, until the reset, with a made-up 403: nothing
+// was sent, so no attempt is spent; it is a rate-limit wait.
+func TestClientSideRefusalSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{sim: ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: 1, PrimaryWindow: 3 * time.Second}}})
+	first := s.submit(t, "budget-1", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s %s", got.Status, got.LastErrorMessage)
+	}
+	// (GitHub's reset is in whole seconds: a real refusal or two may
+	// follow the client's own, and those do count.)
+	second := s.submit(t, "budget-2", schema.ActionComment, issue(11), `{"body":"two"}`,
+		func(s *schema.Submission) { s.MaxAttempts = 10 })
+	got := s.await(t, second.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded {
+		t.Fatalf("second: %s %s", got.Status, got.LastErrorMessage)
+	}
+	var sent, refused int
+	for _, a := range got.AttemptLog {
+		switch {
+		case a.Probe:
+		case a.HTTPStatus == 0 && a.ErrorCategory == CategoryPrimaryRateLimit && a.RequestID == "":
+			refused++
+		default:
+			sent++
+		}
+	}
+	if refused == 0 || got.Attempts != sent {
+		t.Errorf("attempts=%d sent=%d refused=%d log=%+v", got.Attempts, sent, refused, got.AttemptLog)
+	}
+}
+
+// A 422 from update_ref is a conflict only when the update is not a fast
+// forward; a missing object is a validation failure.
+func TestUpdateRefMissingObjectIsNotAConflict(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	rec := s.submit(t, "ref-missing", schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/demo:heads/main"},
+		`{"sha":"`+strings.Repeat("9", 40)+`"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusFailed || got.Attempts != 1 || got.LastErrorCategory != CategoryValidation ||
+		!strings.Contains(got.LastErrorMessage, "Object does not exist") {
+		t.Fatalf("status=%s attempts=%d category=%s message=%s", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage)
+	}
+}
+
+// update_ref with expectedSha reads the ref, then updates it: the lease is
+// checked again immediately before the update, and a lost lease stops it.
+func TestUpdateRefChecksTheLeaseBeforeUpdating(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c, err := gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := sim.Ref("octo", "demo", "heads/main")
+	next, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, tg, p := actionRecord(t, schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/demo:heads/main"},
+		`{"sha":"`+next+`","expectedSha":"`+base+`"}`)
+	checks := 0
+	lost := errors.New("lease lost")
+	ctx := withGuard(context.Background(), func() error { checks++; return lost })
+	_, _, err = actions[rec.Action].do(ctx, c, rec, tg, p)
+	var ge *guardError
+	if !errors.As(err, &ge) || !errors.Is(err, lost) || checks != 1 {
+		t.Fatalf("err=%v checks=%d", err, checks)
+	}
+	if ref, _ := sim.Ref("octo", "demo", "heads/main"); ref != base {
+		t.Error("ref updated without the lease")
+	}
+	for _, e := range sim.Effects() {
+		if e.Method == "PATCH" {
+			t.Errorf("update sent: %+v", e)
+		}
+	}
+}
+
+type installationsFunc func(ctx context.Context, owner, repo string) (int64, error)
+
+func (f installationsFunc) InstallationOf(ctx context.Context, owner, repo string) (int64, error) {
+	return f(ctx, owner, repo)
+}
+
+// An installation baton may no longer use fails the operation with
+// installation_unavailable: suspended on GitHub (the token exchange is
+// refused), or no longer covering the repository.
+func TestInstallationUnavailable(t *testing.T) {
+	t.Parallel()
+	t.Run("suspended", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, stackOptions{})
+		if err := s.sim.SuspendInstallation(1, true); err != nil {
+			t.Fatal(err)
+		}
+		rec := s.submit(t, "suspended", schema.ActionComment, issue(10), `{"body":"never"}`)
+		got := s.await(t, rec.OperationID, 20*time.Second)
+		if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryInstallationUnavailable || got.Attempts != 1 {
+			t.Fatalf("status=%s attempts=%d category=%s", got.Status, got.Attempts, got.LastErrorCategory)
+		}
+		if n := len(s.sim.Effects()); n != 0 {
+			t.Errorf("%d effects", n)
+		}
+	})
+	t.Run("resolver", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, stackOptions{exec: Config{Installations: installationsFunc(func(_ context.Context, owner, repo string) (int64, error) {
+			return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s/%s", owner, repo)
+		})}})
+		rec := s.submit(t, "uninstalled", schema.ActionComment, issue(10), `{"body":"never"}`)
+		got := s.await(t, rec.OperationID, 20*time.Second)
+		if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryInstallationUnavailable || got.Attempts != 0 {
+			t.Fatalf("status=%s attempts=%d category=%s", got.Status, got.Attempts, got.LastErrorCategory)
+		}
+		if n := len(s.sim.Effects()); n != 0 {
+			t.Errorf("%d effects", n)
+		}
+	})
+}
+
+// A cancellation that comes while the operation waits inline for its
+// installation's pace ends the wait: the call is not made.
+func TestCancelDuringPaceWait(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{Pacing: PacingConfig{MinInterval: 4 * time.Second, MaxInlineWait: 10 * time.Second}}})
+	first := s.submit(t, "pace-1", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s", got.Status)
+	}
+	second := s.submit(t, "pace-2", schema.ActionComment, issue(11), `{"body":"two"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, _ := s.store.Get(context.Background(), second.OperationID)
+		if rec.Status == schema.StatusRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never running: %+v", rec)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	asked := time.Now()
+	if _, err := s.exec.Cancel(context.Background(), second.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, second.OperationID, 10*time.Second)
+	if got.Status != schema.StatusCancelled || got.Attempts != 0 {
+		t.Fatalf("status=%s attempts=%d log=%+v", got.Status, got.Attempts, got.AttemptLog)
+	}
+	if took := got.CompletedAt.Sub(asked); took > time.Second {
+		t.Errorf("cancellation took %v during a pace wait", took)
+	}
+	if is, _ := s.sim.Issue("octo", "demo", 11); len(is.Comments) != 0 {
+		t.Errorf("comment posted after the cancellation")
+	}
+}
+
+// nudgeRecorder is a dispatcher that delivers nothing and records nudges,
+// so that a test drives Process itself.
+type nudgeRecorder struct {
+	mu     sync.Mutex
+	nudged []string
+}
+
+func (*nudgeRecorder) Dispatch(context.Context, string) error { return nil }
+
+func (n *nudgeRecorder) Nudge(_ context.Context, id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.nudged = append(n.nudged, id)
+	return nil
+}
+
+func (n *nudgeRecorder) got() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.nudged)
+}
+
+// A worker that stops (its context ends) just as it finishes an operation
+// hands the resource's next operation to the queue; so does every worker
+// when HandoffLimit is negative.
+func TestHandoffNudgesTheNextWhenStoppingOrOff(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	for _, c := range []struct {
+		name  string
+		limit int
+	}{{"stopping", 0}, {"off", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rec := &nudgeRecorder{}
+			cfg := Config{Store: s.store, Dispatcher: rec, Leases: s.coord, GitHub: s.gh, HandoffLimit: c.limit}
+			if c.limit == 0 {
+				cfg.OnFinished = func(schema.Record) { cancel() }
+			}
+			e, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for i := range 2 {
+				r, _, err := e.Submit(context.Background(), "tester", schema.Submission{IdempotencyKey: "handoff-" + c.name + itoa(i),
+					Action: schema.ActionComment, Resource: issue(12), Payload: json.RawMessage(`{"body":"x"}`), InstallationID: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, r.OperationID)
+			}
+			if r := e.Process(ctx, ids[0]); r.Kind != ResultDone {
+				t.Fatalf("Process = %v %v", r, r.Err)
+			}
+			if got := rec.got(); !slices.Equal(got, ids[1:]) {
+				t.Errorf("nudged %v, want %v", got, ids[1:])
+			}
+			if next, _ := s.store.Get(context.Background(), ids[1]); next.Status != schema.StatusQueued {
+				t.Errorf("next operation %s, want it left to the queue", next.Status)
+			}
+			// Finish it, for the next subtest's resource order.
+			if r := e.Process(context.Background(), ids[1]); r.Kind != ResultDone {
+				t.Fatalf("Process = %v %v", r, r.Err)
+			}
+		})
 	}
 }
