@@ -144,6 +144,28 @@ func TestAPIBadInput(t *testing.T) {
 		{"payload with a field the action does not take", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
 			m["payload"] = map[string]any{"body": "x", "title": "y"}
 		}), 400, "invalid_request"},
+		// Strict JSON: names match exactly, once, in valid UTF-8.
+		{"field name in another case", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
+			m["IdempotencyKey"] = m["idempotencyKey"]
+			delete(m, "idempotencyKey")
+		}), 400, "invalid_request"},
+		{"resource field names in another case", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
+			m["resource"] = map[string]any{"Type": "issue", "ID": "octo/demo#10"}
+		}), 400, "invalid_request"},
+		{"idempotencyKey twice", "POST", "/v1/operations", env.alice, `{"idempotencyKey":"k8","idempotencyKey":"k9",` + ok[1:], 400, "invalid_request"},
+		{"idempotencyKey twice, the same", "POST", "/v1/operations", env.alice, `{"idempotencyKey":"queued",` + js(apiSubmission("queued", 10, "hello queued"))[1:], 400, "invalid_request"},
+		{"invalid UTF-8 in idempotencyKey", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"bad-input"`, "\"bad-\xffinput\"", 1), 400, "invalid_request"},
+		{"idempotencyKey a lone surrogate", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"bad-input"`, `"bad-\ud800"`, 1), 400, "invalid_request"},
+		{"invalid UTF-8 in a field name", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"action"`, "\"act\xffion\"", 1), 400, "invalid_request"},
+		{"payload field in another case", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
+			m["payload"] = map[string]any{"Body": "a"}
+		}), 400, "invalid_request"},
+		{"payload field in two cases", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
+			m["payload"] = map[string]any{"body": "x", "Body": "y"}
+		}), 400, "invalid_request"},
+		{"payload field twice", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, `"payload":{"body":"x","body":"hi"}`, 1), 400, "invalid_request"},
+		{"payload with a name twice deep inside", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, `"payload":{"body":"hi","x":[{"a":1,"a":2}]}`, 1), 400, "invalid_request"},
+		{"invalid UTF-8 in the payload", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, "\"payload\":{\"body\":\"h\xffi\"}", 1), 400, "invalid_request"},
 		{"maxAttempts over 10", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) { m["maxAttempts"] = 11 }), 400, "invalid_request"},
 		{"correlationId too long", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) { m["correlationId"] = strings.Repeat("c", 129) }), 400, "invalid_request"},
 		{"query parameter on submit", "POST", "/v1/operations?dryRun=1", env.alice, ok, 400, "invalid_request"},
@@ -193,6 +215,11 @@ func TestAPIBadInput(t *testing.T) {
 		{"renew by another actor", "POST", apiLeasePath(leaseKey, "renew"), env.bob, map[string]any{"owner": "ci", "token": grant.Token}, 409, "lease_lost"},
 		{"release with a wrong owner", "POST", apiLeasePath(leaseKey, "release"), env.alice, map[string]any{"owner": "cd", "token": grant.Token}, 409, "lease_lost"},
 		{"acquire a held lease", "POST", apiLeasePath(leaseKey, "acquire"), env.bob, map[string]any{"owner": "ci"}, 409, "lease_held"},
+		{"acquire a held lease spelled in another case", "POST", apiLeasePath("issue:octo/DEMO#12", "acquire"), env.bob, map[string]any{"owner": "ci"}, 409, "lease_held"},
+		{"acquire a held lease spelled in another case, owner too", "POST", apiLeasePath("issue:Octo/Demo#12", "acquire"), env.bob, map[string]any{"owner": "ci"}, 409, "lease_held"},
+		{"lease owner field in another case", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"Owner": "ci"}, 400, "invalid_request"},
+		{"lease owner twice", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, `{"owner":"ci","owner":"cd"}`, 400, "invalid_request"},
+		{"lease ttl twice", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, `{"owner":"ci","ttlSeconds":60,"ttlSeconds":60}`, 400, "invalid_request"},
 		{"lease key not encoded as one segment", "POST", "/v1/leases/issue:octo/demo%2312/acquire", env.alice, map[string]any{"owner": "ci"}, 404, "not_found"},
 		{"lease key without a type", "GET", "/v1/leases/octo%2Fdemo%2312", env.alice, nil, 400, "invalid_request"},
 		{"lease key of an unknown type", "GET", apiLeasePath("widget:octo/demo#12", ""), env.alice, nil, 400, "invalid_request"},
@@ -250,5 +277,85 @@ func TestAPIBadInput(t *testing.T) {
 	}
 	if r := env.do("GET", op, env.alice, nil); r.status != http.StatusOK {
 		t.Errorf("alice reads her operation afterwards: %d", r.status)
+	}
+}
+
+// GitHub's owner and repository names are case-insensitive: every spelling
+// of one is one resource, with one lease (an outside holder of
+// issue:octo/demo#11 holds issue:Octo/Demo#11 too) and one place for the
+// operations on it.
+func TestAPIRepositoryNameCase(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	ctx := context.Background()
+	const canonical = "issue:octo/demo#11"
+
+	r := env.do("POST", apiLeasePath(canonical, "acquire"), env.alice, map[string]any{"owner": "ci"})
+	if r.status != http.StatusOK {
+		t.Fatalf("acquire %s: %d %s", canonical, r.status, r.body)
+	}
+	for _, key := range []string{"issue:Octo/Demo#11", "issue:OCTO/DEMO#11", "issue:octo/Demo#11"} {
+		r := env.do("POST", apiLeasePath(key, "acquire"), env.bob, map[string]any{"owner": "ci"})
+		if r.status != http.StatusConflict || r.errorCode() != "lease_held" {
+			t.Errorf("acquire %s while %s is held: %d %s, want 409 lease_held", key, canonical, r.status, r.body)
+		}
+		var st LeaseStateBody
+		r = env.do("GET", apiLeasePath(key, ""), env.bob, nil)
+		r.decode(t, &st)
+		if st.Key != canonical || !st.Locked || st.Owner != "alice/ci" {
+			t.Errorf("check %s = %+v, want %s held by alice/ci", key, st, canonical)
+		}
+	}
+	if cs, err := env.coord.Check(ctx, "issue:Octo/Demo#11"); err != nil || cs.Locked {
+		t.Errorf("the coordinator holds a lease under a non-canonical key: %+v, %v", cs, err)
+	}
+
+	// Submissions on two spellings land on one resource.
+	sub := func(key, id string) map[string]any {
+		m := apiSubmission(key, 11, "hello")
+		m["resource"] = map[string]any{"type": "issue", "id": id}
+		return m
+	}
+	var upper, lower schema.View
+	r = env.do("POST", "/v1/operations", env.alice, sub("case-upper", "octo/Demo#11"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit on octo/Demo#11: %d %s", r.status, r.body)
+	}
+	r.decode(t, &upper)
+	r = env.do("POST", "/v1/operations", env.alice, sub("case-lower", "octo/demo#11"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit on octo/demo#11: %d %s", r.status, r.body)
+	}
+	r.decode(t, &lower)
+	want := schema.Resource{Type: "issue", ID: "octo/demo#11"}
+	for _, v := range []schema.View{upper, lower} {
+		rec, err := env.store.Get(ctx, v.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Resource != want || v.Resource != want || v.ResourceKey != canonical {
+			t.Errorf("operation %s: stored resource %+v, view %+v %q; want %+v", v.OperationID, rec.Resource, v.Resource, v.ResourceKey, want)
+		}
+	}
+	// A retry of the first under another spelling is the same request:
+	// the existing operation, not an idempotency conflict.
+	for _, id := range []string{"octo/demo#11", "OCTO/DEMO#11"} {
+		r = env.do("POST", "/v1/operations", env.alice, sub("case-upper", id))
+		var again schema.View
+		if r.status != http.StatusOK {
+			t.Errorf("retry on %s: %d %s, want 200", id, r.status, r.body)
+			continue
+		}
+		r.decode(t, &again)
+		if again.OperationID != upper.OperationID {
+			t.Errorf("retry on %s gave operation %s, want %s", id, again.OperationID, upper.OperationID)
+		}
+	}
+	// Listing by resource finds both.
+	r = env.do("GET", "/v1/operations?resourceType=issue&resourceId=octo%2Fdemo%2311", env.alice, nil)
+	var list OperationList
+	r.decode(t, &list)
+	if len(list.Operations) != 2 {
+		t.Errorf("operations on %s: %d, want 2: %s", canonical, len(list.Operations), r.body)
 	}
 }

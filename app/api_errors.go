@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,79 +102,24 @@ func (a *API) writeErrorBody(w http.ResponseWriter, status int, code schema.Code
 }
 
 // decodeAPIBody decodes a JSON object from the request body into dst,
-// strictly: the body must be one JSON object with no unknown fields, the
-// right types, and nothing after it.
+// strictly (schema.DecodeStrict): the body must be one JSON object with
+// the right types and nothing after it, field names match exactly (case
+// included), no name appears twice at any depth (the payload included),
+// strings are valid UTF-8, and unknown fields are an error. A body over
+// the size limit is passed through as *http.MaxBytesError.
 func decodeAPIBody(r *http.Request, dst any) error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return schema.Invalidf("request body must be a JSON object")
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return apiDecodeError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return schema.Invalidf("request body must hold one JSON object and nothing after it")
+		return schema.Invalidf("request body could not be read")
 	}
-	return nil
-}
-
-// apiDecodeError turns a decoding error into an invalid_request naming
-// what is wrong (or passes a body-size error through).
-func apiDecodeError(err error) error {
-	var (
-		mbe *http.MaxBytesError
-		syn *json.SyntaxError
-		typ *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &mbe):
-		return err
-	case errors.Is(err, io.EOF):
-		return schema.Invalidf("request body must be a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return schema.Invalidf("request body is not valid JSON: unexpected end")
-	case errors.As(err, &syn):
-		return schema.Invalidf("request body is not valid JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return schema.Invalidf("request body must be a JSON object, not %s", typ.Value)
-		}
-		return schema.Invalidf("field %s must be %s, not %s", typ.Field, apiJSONKind(typ.Type), typ.Value)
-	}
-	// The remaining decoder errors are about the input (unknown fields,
-	// invalid UTF-8 in names…); encoding/json gives them no type.
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	return schema.Invalidf("request body: %s", msg)
-}
-
-// apiJSONKind names the JSON type a Go type decodes from.
-func apiJSONKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer in range"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Pointer:
-		return apiJSONKind(t.Elem())
-	}
-	return "of another type"
+	return schema.DecodeStrict(body, dst, "request body", "")
 }
 
 // apiStatusRecorder remembers the status a handler wrote, for metrics.

@@ -164,7 +164,9 @@ func (a *API) checkLease(w http.ResponseWriter, r *http.Request, p *Principal) e
 
 // leaseKey returns the request's lease key (one percent-encoded path
 // segment, already decoded by the router) if it names a resource the
-// principal may act on.
+// principal may act on, in canonical form (schema.ParseResourceKey: the
+// owner and repository in lower case), so that every spelling of a
+// repository's name is one lease, shared with the operations on it.
 func (a *API) leaseKey(r *http.Request, p *Principal) (string, error) {
 	if _, err := apiQuery(r); err != nil {
 		return "", err

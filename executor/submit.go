@@ -8,7 +8,10 @@ import (
 
 // NewRecord validates what actor submitted and builds the queued record
 // for it, with its identity: operationId from (actor, idempotencyKey),
-// idempotencyHash from (actor, action, resource, payload).
+// idempotencyHash from (actor, action, resource, payload). The resource is
+// put in canonical form first (schema.CanonicalResource: owner and
+// repository in lower case), so that every spelling of a repository's name
+// hashes, stores and leases as one resource.
 func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record, error) {
 	if err := schema.ValidateActor(actor); err != nil {
 		return nil, err
@@ -16,6 +19,11 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	res, _, err := schema.CanonicalResource(s.Resource)
+	if err != nil {
+		return nil, err
+	}
+	s.Resource = res
 	payload, err := schema.Canonical(s.Payload)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,7 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -198,47 +195,20 @@ func (p *CreateStatusPayload) validate() error {
 }
 
 // DecodePayload decodes raw into the payload struct of action (one of the
-// *Payload types of this package) and validates it. Unknown fields are an
-// error.
+// *Payload types of this package) and validates it. The decoding is
+// strict (see DecodeStrict): field names match exactly, no name appears
+// twice, strings are valid UTF-8, and unknown fields are an error.
 func DecodePayload(action string, raw json.RawMessage) (any, error) {
 	spec, ok := Actions[action]
 	if !ok {
 		return nil, Invalidf("action %q is not one of %s", truncate(action, 60), strings.Join(ActionNames(), ", "))
 	}
 	p := spec.newPayload()
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(p); err != nil {
-		return nil, Invalidf("payload: %s", jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, Invalidf("payload: unexpected data after the object")
+	if err := DecodeStrict(raw, p, "payload", "payload"); err != nil {
+		return nil, err
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// jsonProblem turns a decoding error into a short message for users.
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field != "" {
-			return "field " + te.Field + " must be " + te.Type.String()
-		}
-		return "must be " + te.Type.String()
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return "malformed JSON"
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown field " + f
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return "malformed JSON"
-	}
-	return truncate(msg, 120)
 }

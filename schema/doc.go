@@ -21,6 +21,23 @@
 // (at most 128 characters) and maxAttempts (1–10). Every failure is an
 // *[Error] with code invalid_request and a message naming the field.
 //
+// JSON from outside (API request bodies, payloads) is decoded by
+// [DecodeStrict]: field names match exactly, case included; no name appears
+// twice in an object at any depth; strings are valid UTF-8; unknown fields
+// are refused. encoding/json would fold case, keep the last of two equal
+// names and replace invalid UTF-8, so two requests a client thinks
+// different could be one, or a field could pass validation and be stored
+// under another spelling.
+//
+// # Resources
+//
+// GitHub's owner and repository names are case-insensitive, so a resource
+// has one canonical form ([CanonicalResource]): owner and repository in
+// lower case, ref names as given (git refs are case-sensitive). Records are
+// hashed and stored, and leases taken, on the canonical form only, so
+// "issue:Octo/Demo#11" and "issue:octo/demo#11" are one resource with one
+// lease.
+//
 // # Errors
 //
 // Errors a user can act on carry a [Code]. [ErrorCode] finds it on any error

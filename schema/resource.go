@@ -18,7 +18,8 @@ const (
 )
 
 // Target is a parsed resource id: the repository it belongs to and the
-// thing inside it.
+// thing inside it. Owner and Repo are in lower case (see
+// CanonicalResource); Ref keeps its case.
 type Target struct {
 	Owner  string
 	Repo   string
@@ -43,7 +44,7 @@ var (
 func ValidSHA(s string) bool { return shaRe.MatchString(s) }
 
 // ParseResource checks that r is well-formed for its type and returns what
-// it names.
+// it names, with the repository's owner and name in lower case.
 func ParseResource(r Resource) (Target, error) {
 	switch r.Type {
 	case ResourcePullRequest, ResourceIssue:
@@ -97,27 +98,53 @@ func ParseResource(r Resource) (Target, error) {
 	return Target{}, Invalidf("resource.type %q is not one of pull_request, issue, ref, commit, repo", r.Type)
 }
 
-// ParseResourceKey splits a lease key "{type}:{id}" into its resource and
-// checks it.
+// CanonicalResource checks r like ParseResource and returns it in
+// canonical form, with what it names. GitHub's owner and repository names
+// are case-insensitive, so the canonical id has them in lower case:
+// "issue:Octo/Demo#11" and "issue:octo/demo#11" are one resource, with one
+// lease key and one place in the order of its operations. The rest of the
+// id keeps its case: git ref names are case-sensitive, and numbers and
+// commit ids have one form already.
+//
+// Every resource baton stores or takes a lease on goes through here:
+// executor.NewRecord before the idempotency hash, and the lease routes
+// through ParseResourceKey.
+func CanonicalResource(r Resource) (Resource, Target, error) {
+	t, err := ParseResource(r)
+	if err != nil {
+		return Resource{}, Target{}, err
+	}
+	id := t.FullName()
+	switch r.Type {
+	case ResourcePullRequest, ResourceIssue:
+		id += "#" + strconv.Itoa(t.Number)
+	case ResourceRef:
+		id += ":" + t.Ref
+	case ResourceCommit:
+		id += "@" + t.SHA
+	}
+	return Resource{Type: r.Type, ID: id}, t, nil
+}
+
+// ParseResourceKey splits a lease key "{type}:{id}" into its resource, in
+// canonical form (see CanonicalResource), and checks it.
 func ParseResourceKey(key string) (Resource, Target, error) {
 	typ, id, ok := strings.Cut(key, ":")
 	if !ok || typ == "" || id == "" {
 		return Resource{}, Target{}, Invalidf("resource key must look like type:id, e.g. issue:octo/app#1")
 	}
-	r := Resource{Type: typ, ID: id}
-	t, err := ParseResource(r)
-	if err != nil {
-		return Resource{}, Target{}, err
-	}
-	return r, t, nil
+	return CanonicalResource(Resource{Type: typ, ID: id})
 }
 
+// parseRepo checks "owner/name" and returns both in lower case.
 func parseRepo(s string) (Target, error) {
 	owner, name, ok := strings.Cut(s, "/")
 	if !ok || !ownerRe.MatchString(owner) || !repoRe.MatchString(name) || name == "." || name == ".." {
 		return Target{}, Invalidf("resource.id: %q is not a repository (owner/name)", truncate(s, 80))
 	}
-	return Target{Owner: owner, Repo: name}, nil
+	// The patterns admit ASCII only, so this lower-casing is the whole of
+	// GitHub's case folding of these names.
+	return Target{Owner: strings.ToLower(owner), Repo: strings.ToLower(name)}, nil
 }
 
 func parseNumber(s string) (int, error) {

@@ -141,17 +141,16 @@ func validPayload(action string, raw json.RawMessage) error {
 	if len(raw) > MaxPayloadBytes {
 		return &Error{Code: CodePayloadTooLarge, Message: "payload is larger than 256 KiB"}
 	}
-	if !isObject(raw) {
-		return Invalidf("payload must be a JSON object")
-	}
-	_, err := DecodePayload(action, raw)
+	_, err := DecodePayload(action, raw) // a JSON object, decoded strictly
+
 	return err
 }
 
-// isObject reports whether raw is one valid JSON object.
+// isObject reports whether raw is one valid JSON object, by the strict
+// rules of DecodeStrict (no duplicate names, valid UTF-8).
 func isObject(raw []byte) bool {
 	raw = bytes.TrimSpace(raw)
-	return len(raw) >= 2 && raw[0] == '{' && json.Valid(raw)
+	return len(raw) >= 2 && raw[0] == '{' && ValidJSON(raw)
 }
 
 // validText checks s has between min and max characters, all printable.

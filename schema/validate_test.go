@@ -43,6 +43,10 @@ func TestSubmissionValidate(t *testing.T) {
 		{"payload missing", func(s *Submission) { s.Payload = nil }, CodeInvalidRequest, "JSON object"},
 		{"payload array", func(s *Submission) { s.Payload = json.RawMessage(`[1]`) }, CodeInvalidRequest, "JSON object"},
 		{"payload unknown field", func(s *Submission) { s.Payload = json.RawMessage(`{"body":"x","bdy":1}`) }, CodeInvalidRequest, "unknown field"},
+		{"payload field in another case", func(s *Submission) { s.Payload = json.RawMessage(`{"Body":"a"}`) }, CodeInvalidRequest, "unknown field payload.Body"},
+		{"payload field twice", func(s *Submission) { s.Payload = json.RawMessage(`{"body":"x","body":"y"}`) }, CodeInvalidRequest, "payload.body appears more than once"},
+		{"payload field twice in two cases", func(s *Submission) { s.Payload = json.RawMessage(`{"body":"x","Body":"y"}`) }, CodeInvalidRequest, "payload.Body"},
+		{"payload invalid UTF-8", func(s *Submission) { s.Payload = json.RawMessage("{\"body\":\"\xff\"}") }, CodeInvalidRequest, "UTF-8"},
 		{"payload wrong type", func(s *Submission) { s.Payload = json.RawMessage(`{"body":5}`) }, CodeInvalidRequest, "body"},
 		{"payload too large", func(s *Submission) {
 			s.Payload = json.RawMessage(`{"body":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`)
@@ -229,6 +233,8 @@ func TestParseResourceKey(t *testing.T) {
 		"repo:octo/app.go":            {Owner: "octo", Repo: "app.go"},
 		"commit:o/r@" + sha40("c"):    {Owner: "o", Repo: "r", SHA: sha40("c")},
 		"issue:my_org-1/some.repo#77": {Owner: "my_org-1", Repo: "some.repo", Number: 77},
+		"issue:Octo/Demo#11":          {Owner: "octo", Repo: "demo", Number: 11},
+		"ref:Octo/App:heads/Main":     {Owner: "octo", Repo: "app", Ref: "heads/Main"},
 	}
 	for key, want := range good {
 		_, got, err := ParseResourceKey(key)
