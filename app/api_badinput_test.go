@@ -351,11 +351,13 @@ func TestAPIRepositoryNameCase(t *testing.T) {
 			t.Errorf("retry on %s gave operation %s, want %s", id, again.OperationID, upper.OperationID)
 		}
 	}
-	// Listing by resource finds both.
-	r = env.do("GET", "/v1/operations?resourceType=issue&resourceId=octo%2Fdemo%2311", env.alice, nil)
-	var list OperationList
-	r.decode(t, &list)
-	if len(list.Operations) != 2 {
-		t.Errorf("operations on %s: %d, want 2: %s", canonical, len(list.Operations), r.body)
+	// Listing by resource finds both, whatever the spelling asked for.
+	for _, q := range []string{"resourceType=issue&resourceId=octo%2Fdemo%2311", "resourceType=issue&resourceId=Octo%2FDEMO%2311", "resourceId=OCTO%2Fdemo%2311"} {
+		r = env.do("GET", "/v1/operations?"+q, env.alice, nil)
+		var list OperationList
+		r.decode(t, &list)
+		if len(list.Operations) != 2 {
+			t.Errorf("operations on %s (?%s): %d, want 2: %s", canonical, q, len(list.Operations), r.body)
+		}
 	}
 }

@@ -199,6 +199,26 @@ func (a *API) cancelOperation(w http.ResponseWriter, r *http.Request, p *Princip
 	return nil
 }
 
+// listResourceID puts a resourceId filter in the canonical form records
+// are stored in (owner and repository in lower case), trying each resource
+// type when none is given. An ID no type accepts is kept as given: it
+// matches nothing.
+func listResourceID(typ, id string) string {
+	if id == "" {
+		return id
+	}
+	types := []string{typ}
+	if typ == "" {
+		types = []string{schema.ResourceIssue, schema.ResourceRef, schema.ResourceCommit}
+	}
+	for _, t := range types {
+		if r, _, err := schema.CanonicalResource(schema.Resource{Type: t, ID: id}); err == nil {
+			return r.ID
+		}
+	}
+	return id
+}
+
 // listOperations is GET /v1/operations.
 func (a *API) listOperations(w http.ResponseWriter, r *http.Request, p *Principal) error {
 	q, err := apiQuery(r, "status", "action", "resourceType", "resourceId", "actor", "limit", "cursor")
@@ -227,6 +247,7 @@ func (a *API) listOperations(w http.ResponseWriter, r *http.Request, p *Principa
 	if len(f.ResourceID) > 512 || len(f.Cursor) > 128 {
 		return schema.Invalidf("resourceId or cursor is too long")
 	}
+	f.ResourceID = listResourceID(f.ResourceType, f.ResourceID)
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
