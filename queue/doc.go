@@ -125,8 +125,11 @@
 // alone, so waiting operations never pile up duplicates. Present in
 // OPERATIONS_DLQ: it waits for an operator. In neither: it is published
 // again under a message ID of its own. Every settled candidate is marked
-// dispatched, so the next page of candidates moves on. A lost message thus
-// delays an operation by up to MinAge plus Interval; it never loses it.
+// dispatched, so the next page of candidates moves on. A pass asks for
+// candidates again until none come, MaxPerPass is reached or something
+// fails: a store may return fewer than the limit after leaving out running
+// operations whose worker is alive. A lost message thus delays an
+// operation by up to MinAge plus Interval; it never loses it.
 //
 // # Shutdown
 //

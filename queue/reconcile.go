@@ -19,8 +19,10 @@ type ReconcilerConfig struct {
 	// Candidates returns up to limit operations that should be in the
 	// stream: records queued, or running without a live lease, whose last
 	// dispatch is older than dispatchedBefore or never happened (and whose
-	// record is older than dispatchedBefore). Oldest dispatch first.
-	// Required.
+	// record is older than dispatchedBefore). Oldest first. It may return
+	// fewer than limit while more remain (it left some out after applying
+	// the limit): a pass asks again until it gets none, MaxPerPass is
+	// reached or something fails. Required.
 	Candidates func(ctx context.Context, dispatchedBefore time.Time, limit int) ([]string, error)
 	// MarkDispatched records that the operations were dispatched at at.
 	// The reconciler calls it for every candidate it has settled (found in
@@ -193,9 +195,12 @@ func (r *Reconciler) pass(ctx context.Context, s *session) (ReconcileReport, err
 		}
 	}()
 	m := &r.b.counters
+	// One cutoff for the whole pass: what a batch marks dispatched (at a
+	// later now) is then not asked about again in the same pass.
+	before := r.cfg.Now().Add(-r.cfg.MinAge)
 	for rep.Checked < r.cfg.MaxPerPass {
 		now := r.cfg.Now()
-		ids, err := r.cfg.Candidates(ctx, now.Add(-r.cfg.MinAge), r.cfg.BatchSize)
+		ids, err := r.cfg.Candidates(ctx, before, r.cfg.BatchSize)
 		if err != nil {
 			return rep, fmt.Errorf("queue: reconcile candidates: %w", err)
 		}
@@ -257,9 +262,11 @@ func (r *Reconciler) pass(ctx context.Context, s *session) (ReconcileReport, err
 				return rep, fmt.Errorf("queue: reconcile mark dispatched: %w", err)
 			}
 		}
-		// Stop at the end of the candidates, or when something failed:
-		// the failed ones would come back first and be retried at once.
-		if len(ids) < r.cfg.BatchSize || rep.Errors > 0 {
+		// Stop when something failed: the failed ones would come back
+		// first and be retried at once. A short batch is not the end: the
+		// store may have left some out after applying the limit (running
+		// operations whose worker is alive), so ask again until none come.
+		if rep.Errors > 0 {
 			return rep, nil
 		}
 		if err := ctx.Err(); err != nil {

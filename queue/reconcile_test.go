@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -91,6 +92,65 @@ func TestReconcilerRepublishesLostMessages(t *testing.T) {
 	}
 	if n := rec.count("parked"); n != 0 {
 		t.Errorf("the dead-lettered operation was run %d times", n)
+	}
+}
+
+// Candidates may leave some out after applying the limit (the executor
+// skips running operations whose worker is alive): a short batch is not
+// the end, and one pass still settles every other candidate. Marks made
+// during the pass do not bring candidates back within it.
+func TestReconcilerPassContinuesAfterFilteredBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	s := b.sess.Load()
+	store := newFakeStore()
+	now := time.Now()
+	ids := opIDs("filtered", 100)
+	busy := map[string]bool{}
+	for i, id := range ids {
+		store.add(id, now)
+		if i%10 == 0 {
+			busy[id] = true
+		}
+	}
+	var calls int
+	candidates := func(ctx context.Context, before time.Time, limit int) ([]string, error) {
+		calls++
+		all, err := store.candidates(ctx, before, len(ids)+1)
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(all) // the store's order: by sequence
+		all = all[:min(limit, len(all))]
+		return slices.DeleteFunc(all, func(id string) bool { return busy[id] }), nil
+	}
+	clock := now.Add(2 * time.Minute)
+	r, err := NewReconciler(b, ReconcilerConfig{
+		Candidates:     candidates,
+		MarkDispatched: store.markDispatched,
+		BatchSize:      16,
+		Now: func() time.Time {
+			clock = clock.Add(time.Second) // every batch sees a later time
+			return clock
+		},
+		MinAge: time.Nanosecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ReconcileReport{Checked: 90, Republished: 90}); rep != want {
+		t.Fatalf("one pass: %+v, want %+v (after %d Candidates calls)", rep, want, calls)
+	}
+	if got := streamMsgs(t, s.ops); got != 90 {
+		t.Errorf("stream holds %d messages, want 90", got)
+	}
+	if calls > 12 {
+		t.Errorf("%d Candidates calls for 100 candidates in batches of 16", calls)
 	}
 }
 

@@ -76,7 +76,16 @@ func (s *Sim) adminRoutes() http.Handler {
 		if err := decodeAdmin(r, &in); err != nil {
 			return none(err)
 		}
-		return created(s.AddRepo(in.Owner, in.Name, in.InstallationID))
+		repo, added, err := s.addRepo(in.Owner, in.Name, in.InstallationID)
+		switch {
+		case err != nil:
+			return none(err)
+		case added == repoUnchanged:
+			return none(fmt.Errorf("ghsim: repository %s/%s is in installation %d already: %w", in.Owner, in.Name, in.InstallationID, ErrExists))
+		case added == repoMoved:
+			return ok(repo, nil)
+		}
+		return created(repo, nil)
 	})
 	h("DELETE /_ghsim/repos/{owner}/{name}", func(r *http.Request) (int, any, error) {
 		return none(s.RemoveRepo(repoOf(r)))
@@ -308,9 +317,18 @@ func (s *Sim) adminRoutes() http.Handler {
 	})
 	h("GET /_ghsim/limits", func(r *http.Request) (int, any, error) { return ok(limitsWire(s.Limits()), nil) })
 	h("PUT /_ghsim/limits", func(r *http.Request) (int, any, error) {
-		var in limitsJSON
+		var in struct {
+			limitsJSON
+			PrimaryLimit *int `json:"primaryLimit"` // to tell 0 from omitted
+		}
 		if err := decodeAdmin(r, &in); err != nil {
 			return none(err)
+		}
+		if in.PrimaryLimit != nil {
+			if *in.PrimaryLimit == 0 {
+				return none(fmt.Errorf("ghsim: primaryLimit 0 would refuse every request; omit it for the default (5000), or give -1 for unlimited: %w", ErrInvalid))
+			}
+			in.limitsJSON.PrimaryLimit = *in.PrimaryLimit
 		}
 		l, err := in.limits()
 		if err != nil {

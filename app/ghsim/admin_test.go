@@ -1,9 +1,11 @@
 package ghsim
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-github/v62/github"
@@ -197,5 +199,63 @@ func TestStopIsSafe(t *testing.T) {
 	}
 	if err := s.Start(ctx(t)); err == nil {
 		t.Error("Start after Stop succeeded")
+	}
+}
+
+// adminRaw calls the admin API and returns the status and raw body.
+func (e *env) adminRaw(method, path, body string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.sim.URL()+path, strings.NewReader(body))
+	resp, err := (&http.Client{Transport: e.tr}).Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// POST /_ghsim/repos answers 201 for a new repository, 200 when it moves
+// one to another installation, and 409 with a message for a repository
+// already in that installation, as the package documentation says.
+func TestAdminAddRepoExisting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	add := `{"owner": "octo", "name": "app", "installationId": 7}`
+	if st, body := e.adminRaw("POST", "/_ghsim/repos", add); st != http.StatusCreated {
+		t.Fatalf("create repo = %d %s", st, body)
+	}
+	st, body := e.adminRaw("POST", "/_ghsim/repos", add)
+	if st != http.StatusConflict || !strings.Contains(body, `"error":"ghsim: repository octo/app is in installation 7 already`) {
+		t.Errorf("create it again = %d %s", st, body)
+	}
+	st, body = e.adminRaw("POST", "/_ghsim/repos", `{"owner": "octo", "name": "app", "installationId": 8}`)
+	if st != http.StatusOK || !strings.Contains(body, `"installationId":8`) {
+		t.Errorf("move it = %d %s", st, body)
+	}
+	if r, err := e.sim.AddRepo("octo", "app", 8); err != nil || r.InstallationID != 8 {
+		t.Errorf("the Go API's AddRepo of a repository in place = %+v, %v (it does nothing)", r, err)
+	}
+}
+
+// primaryLimit 0 over the admin API is refused with a message, rather
+// than quietly becoming the default; an omitted primaryLimit is the
+// default, -1 unlimited.
+func TestAdminLimitsPrimaryZero(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Limits: Limits{PrimaryLimit: 10}})
+	st, body := e.adminRaw("PUT", "/_ghsim/limits", `{"primaryLimit": 0}`)
+	if st != http.StatusUnprocessableEntity || !strings.Contains(body, "primaryLimit 0") {
+		t.Errorf("primaryLimit 0 = %d %s", st, body)
+	}
+	if l := e.sim.Limits(); l.PrimaryLimit != 10 {
+		t.Errorf("a refused PUT changed the limit to %d", l.PrimaryLimit)
+	}
+	var lim limitsJSON
+	if st := e.admin("PUT", "/_ghsim/limits", map[string]any{"primaryLimit": -1}, &lim); st != 200 || lim.PrimaryLimit != -1 {
+		t.Errorf("primaryLimit -1 = %d %+v", st, lim)
+	}
+	if st := e.admin("PUT", "/_ghsim/limits", map[string]any{"secondaryLimit": 2}, &lim); st != 200 || lim.PrimaryLimit != 5000 || lim.SecondaryLimit != 2 {
+		t.Errorf("primaryLimit omitted = %d %+v", st, lim)
 	}
 }

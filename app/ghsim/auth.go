@@ -344,7 +344,7 @@ func (s *Sim) createToken(c *call) response {
 		RepositoryIDs []int64           `json:"repository_ids"`
 		Permissions   map[string]string `json:"permissions"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("InstallationAccessToken", &req); !ok {
 		return resp
 	}
 	s.mu.RLock()

@@ -28,7 +28,10 @@
 // combined, list), check runs and suites, branch protection's required
 // status checks, collaborator permissions; the App's webhook deliveries log
 // (list with cursor, get, redeliver); and the manifest conversion. Status
-// codes, headers and JSON shapes follow GitHub's REST documentation; the
+// codes, headers and JSON shapes follow GitHub's REST documentation (a
+// request body that is not JSON is 400 "Problems parsing JSON", JSON that
+// is not an object 400 "Body should be a JSON object", an object with a
+// field of the wrong type 422 "Validation Failed"); the
 // package's tests validate every response, and every webhook payload,
 // against GitHub's published OpenAPI description.
 //
@@ -45,8 +48,11 @@
 //     other.
 //   - The effect log (Effects, GET /_ghsim/effects) holds every REST request
 //     that applied a mutation, exactly once, with Seq strictly increasing in
-//     the order the mutations were applied, including requests whose
-//     connection was dropped after the effect (FaultDropAfter).
+//     the order the mutations were applied and AppliedAt never decreasing
+//     with Seq (across repositories too), including requests whose
+//     connection was dropped after the effect (FaultDropAfter). An effect
+//     whose request is still in flight has no EndedAt (zero, and left out
+//     of the admin API's JSON).
 //   - Webhook deliveries are asynchronous — a REST handler never waits for
 //     the receiver — and ordered per repository (per installation for
 //     installation events).
@@ -88,7 +94,7 @@
 //	DELETE /_ghsim/installations/{id}                    DeleteInstallation
 //	POST   /_ghsim/installations/{id}/suspend|unsuspend  SuspendInstallation
 //	GET    /_ghsim/repos                                 Repos
-//	POST   /_ghsim/repos {owner, name, installationId}   AddRepo
+//	POST   /_ghsim/repos {owner, name, installationId}   AddRepo: 201; 200 if it moved the repository from another installation; 409 if it is in that one already
 //	DELETE /_ghsim/repos/{owner}/{name}                  RemoveRepo
 //	POST   /_ghsim/repos/{o}/{r}/issues {number?, title, body?, user?}          AddIssue
 //	GET    /_ghsim/repos/{o}/{r}/issues/{n}                                     Issue
@@ -114,6 +120,7 @@
 //	GET    /_ghsim/faults · POST /_ghsim/faults {route, kind, installationId?, status?, retryAfterSeconds?, latencyMs?, count?, probability?}
 //	DELETE /_ghsim/faults[/{id}]                         ClearFaults, ClearFault
 //	GET|PUT /_ghsim/limits {primaryLimit, primaryWindowSeconds, primaryStatus, secondaryLimit, secondaryWindowSeconds, secondaryRetryAfter: "off"|"auto"|seconds}
+//	                                                     SetLimits: omitted fields take their defaults; primaryLimit -1 is unlimited, 0 is refused (422)
 //	POST   /_ghsim/limits/reset                          ResetRateLimits
 //	GET    /_ghsim/effects?since=SEQ                     EffectsSince
 //	GET|PUT /_ghsim/webhook {url, secret}                SetWebhook

@@ -25,11 +25,12 @@ type Effect struct {
 	// StartedAt is when the request arrived, AppliedAt when the mutation
 	// was applied, EndedAt when the answer was ready to be sent (or the
 	// connection about to be dropped): a client's next call, made after it
-	// read the answer, starts after EndedAt. EndedAt is zero while the
-	// request is in flight.
+	// read the answer, starts after EndedAt. EndedAt is zero (and left
+	// out of the JSON) while the request is in flight. AppliedAt never
+	// decreases with Seq.
 	StartedAt time.Time `json:"startedAt"`
 	AppliedAt time.Time `json:"appliedAt"`
-	EndedAt   time.Time `json:"endedAt"`
+	EndedAt   time.Time `json:"endedAt,omitzero"`
 	// Dropped: the connection was closed without an answer after the
 	// mutation was applied (FaultDropAfter).
 	Dropped bool `json:"dropped,omitempty"`
@@ -40,12 +41,17 @@ type effectLog struct {
 	effects []Effect
 }
 
-// add appends an effect and returns its index.
-func (l *effectLog) add(e Effect, now time.Time) int {
+// add appends an effect, applied now, and returns its index. The clock is
+// read under the log's lock, so AppliedAt follows Seq across repositories
+// too.
+func (l *effectLog) add(e Effect, now func() time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e.Seq = int64(len(l.effects)) + 1
-	e.AppliedAt = now
+	e.AppliedAt = now()
+	if n := len(l.effects); n > 0 && e.AppliedAt.Before(l.effects[n-1].AppliedAt) {
+		e.AppliedAt = l.effects[n-1].AppliedAt // a clock set back (Config.Now)
+	}
 	l.effects = append(l.effects, e)
 	return len(l.effects) - 1
 }

@@ -332,7 +332,7 @@ func (s *Sim) createComment(c *call) response {
 	var req struct {
 		Body string `json:"body"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("IssueComment", &req); !ok {
 		return resp
 	}
 	if strings.TrimSpace(req.Body) == "" {
@@ -396,7 +396,7 @@ func labelNames(raw json.RawMessage) ([]string, bool) {
 
 func (s *Sim) addLabels(c *call) response {
 	var raw json.RawMessage
-	if resp, ok := c.decode(&raw); !ok {
+	if resp, ok := c.decode("Label", &raw); !ok {
 		return resp
 	}
 	names, ok := labelNames(raw)

@@ -283,7 +283,7 @@ func (s *Sim) mergePull(c *call) response {
 		SHA           string `json:"sha"`
 		MergeMethod   string `json:"merge_method"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("PullRequest", &req); !ok {
 		return resp
 	}
 	method := cmp.Or(req.MergeMethod, "merge")
@@ -332,7 +332,7 @@ func (s *Sim) updateBranch(c *call) response {
 	var req struct {
 		ExpectedHeadSHA string `json:"expected_head_sha"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("PullRequest", &req); !ok {
 		return resp
 	}
 	is, ok := c.pullOf()

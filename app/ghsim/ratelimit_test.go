@@ -82,14 +82,29 @@ func TestSecondaryLimit(t *testing.T) {
 			if _, _, err := cl.Issues.Get(c, "octo", "demo", 10); err != nil {
 				t.Fatal(err)
 			}
-			_, resp, err := cl.Issues.AddLabelsToIssue(c, "octo", "demo", 10, []string{"x"})
+			// The refused request's operation lists 403 in GitHub's
+			// description, so its answer is validated in full.
+			if route, _ := e.spec.find("POST", "/repos/octo/demo/issues/10/comments"); route == nil || route.Operation.Responses.Status(http.StatusForbidden) == nil {
+				t.Fatal("GitHub's description lists no 403 for creating a comment")
+			}
+			validated := e.validated.Load()
+			_, resp, err := cl.Issues.CreateComment(c, "octo", "demo", 10, &github.IssueComment{Body: ptr("one too many")})
 			wantStatus(t, err, http.StatusForbidden)
+			if e.validated.Load() == validated {
+				t.Error("the refusal was not validated")
+			}
 			var ab *github.AbuseRateLimitError
 			if !errors.As(err, &ab) || !strings.HasPrefix(ab.Message, "You have exceeded a secondary rate limit") {
 				t.Fatalf("go-github did not see an AbuseRateLimitError: %v", err)
 			}
 			if got := resp.Header.Get("Retry-After"); got != tc.want {
 				t.Errorf("Retry-After = %q, want %q", got, tc.want)
+			}
+			// Labels count too (their description does not list 403: the
+			// answer is checked as GitHub's basic error).
+			_, _, err = e.client(1).Issues.AddLabelsToIssue(c, "octo", "demo", 10, []string{"x"})
+			if !errors.As(err, &ab) {
+				t.Errorf("labels over the limit: %v", err)
 			}
 			// Another installation is unaffected.
 			if _, _, err := e.client(2).Issues.CreateComment(c, "acme", "widgets", 1, &github.IssueComment{Body: ptr("y")}); err != nil {

@@ -244,7 +244,7 @@ func (s *Sim) updateRef(c *call) response {
 		SHA   string `json:"sha"`
 		Force bool   `json:"force"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("Reference", &req); !ok {
 		return resp
 	}
 	if req.SHA == "" {
@@ -273,7 +273,7 @@ func (s *Sim) createRef(c *call) response {
 		Ref string `json:"ref"`
 		SHA string `json:"sha"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("Reference", &req); !ok {
 		return resp
 	}
 	ref, ok := strings.CutPrefix(req.Ref, "refs/")

@@ -100,11 +100,25 @@ func (s *Sim) sender(login string) *user {
 // installationID (emitting "removed" for its previous installation) or, if
 // it is there already, does nothing.
 func (s *Sim) AddRepo(owner, name string, installationID int64) (Repo, error) {
+	r, _, err := s.addRepo(owner, name, installationID)
+	return r, err
+}
+
+// repoAdded says what addRepo did.
+type repoAdded int
+
+const (
+	repoCreated   repoAdded = iota // a new repository
+	repoMoved                      // an existing one, moved to the installation (or put back in one)
+	repoUnchanged                  // an existing one, in that installation already
+)
+
+func (s *Sim) addRepo(owner, name string, installationID int64) (Repo, repoAdded, error) {
 	if owner == "" || name == "" || strings.Contains(owner, "/") || strings.Contains(name, "/") {
-		return Repo{}, fmt.Errorf("ghsim: invalid repository name %q/%q: %w", owner, name, ErrInvalid)
+		return Repo{}, 0, fmt.Errorf("ghsim: invalid repository name %q/%q: %w", owner, name, ErrInvalid)
 	}
 	if installationID <= 0 {
-		return Repo{}, fmt.Errorf("ghsim: installation ID %d: %w", installationID, ErrInvalid)
+		return Repo{}, 0, fmt.Errorf("ghsim: installation ID %d: %w", installationID, ErrInvalid)
 	}
 	s.mu.Lock()
 	inst, instExisted := s.installations[installationID]
@@ -115,7 +129,7 @@ func (s *Sim) AddRepo(owner, name string, installationID int64) (Repo, error) {
 	r, exists := s.repos[key]
 	if exists && r.installationID == installationID {
 		s.mu.Unlock()
-		return r.describe(installationID), nil
+		return r.describe(installationID), repoUnchanged, nil
 	}
 	var previous int64
 	if exists {
@@ -138,7 +152,11 @@ func (s *Sim) AddRepo(owner, name string, installationID int64) (Repo, error) {
 	} else {
 		s.emitInstallation(installationID, "created")
 	}
-	return r.describe(installationID), nil
+	added := repoCreated
+	if exists {
+		added = repoMoved
+	}
+	return r.describe(installationID), added, nil
 }
 
 // RemoveRepo takes owner/name out of its installation (the App loses access

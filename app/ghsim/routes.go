@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -244,22 +246,66 @@ func (c *call) applied(resource string, status int) {
 		RequestID:      c.requestID,
 		Resource:       resource,
 		StartedAt:      c.started,
-	}, c.s.now()))
+	}, c.s.now))
 }
 
-// decode reads a JSON request body into v. An empty body leaves v alone.
-func (c *call) decode(v any) (response, bool) {
+// decode reads a JSON request body into v. An empty body, or null, leaves v
+// alone.
+// As GitHub's REST documentation says of client errors: a body that is not
+// JSON is 400 "Problems parsing JSON", JSON that is not an object 400 "Body
+// should be a JSON object" (unless v is a json.RawMessage, for routes that
+// take other shapes), and an object whose field has the wrong type 422
+// "Validation Failed", the error naming resource and field.
+func (c *call) decode(resource string, v any) (response, bool) {
 	body, err := io.ReadAll(io.LimitReader(c.r.Body, 25<<20))
 	if err != nil {
 		return errResponse(http.StatusBadRequest, "Problems reading the request body", docsRoot), false
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || string(body) == "null" { // ghinstallation sends null for no options
 		return response{}, true
 	}
+	if !json.Valid(body) {
+		return errResponse(http.StatusBadRequest, "Problems parsing JSON", docsRoot), false
+	}
+	if _, raw := v.(*json.RawMessage); !raw && body[0] != '{' {
+		return errResponse(http.StatusBadRequest, "Body should be a JSON object", docsRoot), false
+	}
 	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return validationFailed(resource, te.Field, "invalid",
+				fmt.Sprintf("%s is not %s", te.Field, jsonTypeName(te.Type))), false
+		}
 		return errResponse(http.StatusBadRequest, "Problems parsing JSON", docsRoot), false
 	}
 	return response{}, true
+}
+
+// jsonTypeName names, for an error message, the JSON type Go type t takes.
+func jsonTypeName(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "valid"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "valid"
 }
 
 // intParam reads a positive integer path value.

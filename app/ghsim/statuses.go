@@ -200,7 +200,7 @@ func (s *Sim) createStatus(c *call) response {
 		Description string `json:"description"`
 		Context     string `json:"context"`
 	}
-	if resp, ok := c.decode(&req); !ok {
+	if resp, ok := c.decode("Status", &req); !ok {
 		return resp
 	}
 	if !slices.Contains(statusStates, req.State) {

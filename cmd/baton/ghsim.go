@@ -71,7 +71,19 @@ requests #1–#3, issues #10–#12, a main branch) and writes DIR/ghsim.json:
 {"url", "appId", "privateKeyFile", "webhookSecret", ...}, everything a
 baton server needs to authenticate as the App. The App's private key is
 kept in DIR (mode 0600) and reused on the next start; the simulated
-GitHub's state is not. It runs until interrupted (SIGINT or SIGTERM).`,
+GitHub's state is not. It runs until interrupted (SIGINT or SIGTERM).
+
+A baton server then runs as the simulated App with the flags that file
+gives (see the second example), and scripts shape the simulated GitHub
+through the admin API (adminUrl in ghsim.json; see the third example).`,
+		Example: `  baton ghsim --dir ./ghsim-data
+  BATON_WEBHOOK_SECRET="$(jq -r .webhookSecret ghsim-data/ghsim.json)" baton serve \
+      --github-url "$(jq -r .url ghsim-data/ghsim.json)" \
+      --app-id "$(jq -r .appId ghsim-data/ghsim.json)" \
+      --private-key "$(jq -r .privateKeyFile ghsim-data/ghsim.json)"
+  curl -X POST "$(jq -r .adminUrl ghsim-data/ghsim.json)repos/octo/demo/issues" -d '{"title": "flaky test"}'
+  baton ghsim --listen 127.0.0.1:9000 --rate-limit 100 --secondary-limit 5 --secondary-retry-after on
+  baton ghsim --webhook-url http://127.0.0.1:8080/webhooks/github --rate-limit -1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -83,7 +95,7 @@ GitHub's state is not. It runs until interrupted (SIGINT or SIGTERM).`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "loopback address to listen on (port 0 picks a free port)")
 	f.StringVar(&o.dir, "dir", "./ghsim-data", "directory for ghsim.json and the App's private key")
 	f.Int64Var(&o.appID, "app-id", 1, "ID of the simulated GitHub App")
-	f.IntVar(&o.rateLimit, "rate-limit", 5000, "primary rate limit: requests per installation per hour (-1: unlimited)")
+	f.IntVar(&o.rateLimit, "rate-limit", 5000, "primary rate limit: requests per installation per hour (-1: unlimited; 0 is refused)")
 	f.IntVar(&o.primaryStatus, "rate-limit-status", 403, "status of a request over the primary limit: 403 or 429")
 	f.IntVar(&o.secondaryLimit, "secondary-limit", 0, "secondary rate limit: content-creating requests per installation per window (0: off)")
 	f.DurationVar(&o.secondaryWindow, "secondary-window", time.Minute, "window of the secondary rate limit")
@@ -112,6 +124,9 @@ func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	secret := o.webhookSecret
 	if secret == "" {
 		secret = previousWebhookSecret(filepath.Join(dir, ghsimFileName))
+	}
+	if o.rateLimit == 0 {
+		return errors.New("--rate-limit 0 would refuse every request: give a positive limit, or -1 for unlimited")
 	}
 	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
 	if err != nil {

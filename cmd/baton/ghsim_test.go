@@ -6,13 +6,21 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v62/github"
+
+	"github.com/baton-dev/baton/app/client"
 )
 
 // syncBuffer is a bytes.Buffer safe for the command's writes and the
@@ -139,5 +147,147 @@ func TestGhsimCommandRejectsBadFlags(t *testing.T) {
 		if err := cmd.ExecuteContext(context.Background()); err == nil {
 			t.Errorf("baton ghsim %v succeeded", args)
 		}
+	}
+}
+
+func TestGhsimCommandRejectsZeroRateLimit(t *testing.T) {
+	cmd := newGhsimCmd()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	dir := t.TempDir()
+	cmd.SetArgs([]string{"--dir", dir, "--rate-limit", "0"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a simulator that started runs until then
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "--rate-limit 0") {
+		t.Errorf("baton ghsim --rate-limit 0 = %v, want an error naming the flag", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ghsimFileName)); err == nil {
+		t.Error("ghsim.json written though the flags were refused")
+	}
+}
+
+// `baton ghsim --help` says what it does, with examples, and that
+// --rate-limit 0 is refused.
+func TestGhsimHelp(t *testing.T) {
+	cmd := newGhsimCmd()
+	if cmd.Example == "" {
+		t.Fatal("baton ghsim has no examples")
+	}
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Examples:", "baton ghsim --dir", "baton serve", "--github-url", "0 is refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("baton ghsim --help does not say %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// serveChildArgs, when set, makes TestGhsimServeChild run `baton` with
+// these arguments (JSON) in a child process of the test binary, so that the
+// test can stop it with SIGTERM as an operator would.
+const serveChildArgs = "BATON_TEST_SERVE_CHILD_ARGS"
+
+func TestGhsimServeChild(t *testing.T) {
+	raw := os.Getenv(serveChildArgs)
+	if raw == "" {
+		t.Skip("runs only as the child process of TestServeAgainstGhsim")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	os.Exit(run(args))
+}
+
+// `baton serve`, given what `baton ghsim` wrote to DIR/ghsim.json,
+// authenticates as the simulated App and learns its installation: the
+// development loop the README describes, end to end.
+func TestServeAgainstGhsim(t *testing.T) {
+	ghDir := t.TempDir()
+	info, stop := startGhsim(t, ghDir)
+	defer stop()
+
+	data := t.TempDir()
+	secretFile := filepath.Join(t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(secretFile, []byte(info.WebhookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args, _ := json.Marshal([]string{"serve", "--data", data, "--listen", "127.0.0.1:0",
+		"--github-url", info.URL, "--app-id", strconv.FormatInt(info.AppID, 10),
+		"--private-key", info.PrivateKeyFile, "--webhook-secret-file", secretFile,
+		"--log-level", "warn", "--shutdown-timeout", "10s"})
+	child := exec.Command(os.Args[0], "-test.run=^TestGhsimServeChild$", "-test.count=1")
+	child.Env = append(os.Environ(), serveChildArgs+"="+string(args))
+	var stdout, stderr syncBuffer
+	child.Stdout, child.Stderr = &stdout, &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	defer func() {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("baton serve exited: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = child.Process.Kill()
+			t.Error("baton serve did not stop within 30s of SIGTERM")
+		}
+	}()
+
+	serving := regexp.MustCompile(`baton is serving on (http://\S+)`)
+	var url string
+	deadline := time.Now().Add(60 * time.Second)
+	for url == "" {
+		if m := serving.FindStringSubmatch(stdout.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("baton serve exited: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("baton serve not serving after 60s\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	}
+
+	r := cliRun(t, "", "token", "create", "--actor", "ops", "--admin", "--data", data)
+	if r.code != 0 {
+		t.Fatalf("token create: %+v", r)
+	}
+	c, err := client.New(url, client.WithToken(strings.TrimSpace(r.stdout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []client.Installation
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		list, err := c.Installations(ctx)
+		cancel()
+		if err == nil {
+			last = list
+			for _, in := range list {
+				if in.ID == info.InstallationID && in.Account == "octo" && slices.Contains(in.Repositories, info.Repository) && !in.Suspended {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("baton serve does not know installation %d with %s after 60s: %+v, %v\nstderr: %s",
+				info.InstallationID, info.Repository, last, err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
