@@ -14,8 +14,9 @@
 //
 // [Store] keeps records; [SQLiteStore] keeps them in baton's SQLite
 // database (package internal/sqlite), durable when a call returns. Create is
-// first-write-wins; Save validates, refuses to leave a terminal state and
-// never loses a requested cancellation; RequestCancel cancels a queued
+// first-write-wins; Save validates, never changes an operation's identity,
+// refuses to leave a terminal state and never loses a requested
+// cancellation; RequestCancel cancels a queued
 // operation atomically or flags a running one; List pages newest first
 // with a cursor that later inserts do not shift.
 //

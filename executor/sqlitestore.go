@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -40,7 +41,7 @@ func (s *SQLiteStore) Create(ctx context.Context, rec *schema.Record) (schema.Re
 	if err := rec.Validate(); err != nil {
 		return schema.Record{}, false, err
 	}
-	body, err := json.Marshal(rec)
+	body, err := encodeRecord(rec)
 	if err != nil {
 		return schema.Record{}, false, fmt.Errorf("executor: encode record: %w", err)
 	}
@@ -121,15 +122,32 @@ var ErrStale = errors.New("executor: record changed since it was read")
 // save that marks an operation running together with its lease). The
 // work left for the writer is only SQL.
 //
-// The write follows Save's rules. With cas, it also requires the stored
-// record to be the version rec was read at (ErrStale otherwise). After a
-// successful write rec.Version is the new version, and a cancellation
-// requested meanwhile is reflected in rec.CancellationRequested.
+// The write follows Save's rules, and refuses (ErrIdentityChanged) a record
+// whose identity is not the stored one: operationId, idempotencyHash, the
+// fields they are computed from, and createdAt (compared at the stored
+// microsecond precision) never change after Create. With cas, it also
+// requires the stored record to be the version rec was read at (ErrStale
+// otherwise). After a successful write rec.Version is the new version, and
+// a cancellation requested meanwhile is reflected in
+// rec.CancellationRequested.
 func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) error, error) {
 	if err := rec.Validate(); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(rec)
+	// What identifies the operation never changes: checkIdentity shows
+	// that rec's identity fields are those its two hashes were computed
+	// from, and the UPDATE below requires the hashes, the identity columns
+	// and createdAt to be the stored ones. The check runs here, in the
+	// caller's goroutine, not on the single writer; on a record read back
+	// from the store it hashes the stored canonical payload as is, a few
+	// microseconds beside a durable save of a few hundred (see
+	// BenchmarkCheckIdentity), and only canonicalises a payload that is
+	// not byte for byte canonical. Comparing the payload in SQL instead
+	// would parse the stored body on the writer, which is the bottleneck.
+	if err := checkIdentity(rec); err != nil {
+		return nil, err
+	}
+	body, err := encodeRecord(rec)
 	if err != nil {
 		return nil, fmt.Errorf("executor: encode record: %w", err)
 	}
@@ -155,11 +173,17 @@ func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) e
 			cancelled bool
 			version   int64
 		)
+		// The identity columns and createdAt (at its stored microsecond
+		// precision) in the WHERE clause, with checkIdentity done before,
+		// keep the body's identity equal to the stored one.
 		args := []any{string(rec.Status), rec.CancellationRequested, rec.UpdatedAt.UnixMicro(), rec.InstallationID, body,
-			rec.OperationID, rec.IdempotencyHash, from[0], from[1], from[2], cas, rec.Version}
+			rec.OperationID, rec.IdempotencyHash, rec.Actor, rec.Action, rec.Resource.Type, rec.Resource.ID,
+			rec.CreatedAt.UnixMicro(), from[0], from[1], from[2], cas, rec.Version}
 		err := tx.QueryRow(`UPDATE operations SET status = ?, cancellation_requested = (cancellation_requested OR ?),
 			updated_at = ?, installation_id = ?, body = ?, version = version + 1
-			WHERE operation_id = ? AND idempotency_hash = ? AND status IN (?, ?, ?) AND (NOT ? OR version = ?)
+			WHERE operation_id = ? AND idempotency_hash = ? AND actor = ? AND action = ?
+			  AND resource_type = ? AND resource_id = ? AND created_at = ?
+			  AND status IN (?, ?, ?) AND (NOT ? OR version = ?)
 			RETURNING cancellation_requested, version`, args...).Scan(&cancelled, &version)
 		if err == nil {
 			// The caller waits for the commit, which orders these writes
@@ -178,12 +202,12 @@ func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) e
 // refused explains why a save changed nothing.
 func (s *SQLiteStore) refused(tx *sqlite.Tx, rec *schema.Record, cas bool) error {
 	var (
-		status  string
-		hash    string
-		version int64
+		status, hash, actor, action, resType, resID string
+		createdAt, version                          int64
 	)
-	err := tx.QueryRow(`SELECT status, idempotency_hash, version FROM operations WHERE operation_id = ?`,
-		rec.OperationID).Scan(&status, &hash, &version)
+	err := tx.QueryRow(`SELECT status, idempotency_hash, actor, action, resource_type, resource_id, created_at, version
+		FROM operations WHERE operation_id = ?`, rec.OperationID).
+		Scan(&status, &hash, &actor, &action, &resType, &resID, &createdAt, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return schema.Errorf(schema.CodeNotFound, "operation %s not found", rec.OperationID)
 	}
@@ -192,8 +216,11 @@ func (s *SQLiteStore) refused(tx *sqlite.Tx, rec *schema.Record, cas bool) error
 	}
 	from := schema.Status(status)
 	switch {
-	case hash != rec.IdempotencyHash:
-		return fmt.Errorf("executor: save of %s changes what the operation asks for", rec.OperationID)
+	case hash != rec.IdempotencyHash || actor != rec.Actor || action != rec.Action ||
+		resType != rec.Resource.Type || resID != rec.Resource.ID:
+		return fmt.Errorf("%w: save of %s changes what the operation asks for", ErrIdentityChanged, rec.OperationID)
+	case createdAt != rec.CreatedAt.UnixMicro():
+		return fmt.Errorf("%w: save of %s changes its creation time", ErrIdentityChanged, rec.OperationID)
 	case from.Terminal():
 		return &schema.Error{Code: schema.CodeAlreadyTerminal, Message: fmt.Sprintf("operation %s is already %s", rec.OperationID, from)}
 	case cas && version != rec.Version:
@@ -261,7 +288,7 @@ func (s *SQLiteStore) RequestCancel(ctx context.Context, operationID string) (sc
 			rec.CompletedAt = &now
 			rec.NextAttemptAt = nil
 		}
-		body, err := json.Marshal(&rec)
+		body, err := encodeRecord(&rec)
 		if err != nil {
 			return fmt.Errorf("executor: encode record: %w", err)
 		}
@@ -398,6 +425,21 @@ func (s *SQLiteStore) Undispatched(ctx context.Context, before time.Time, limit 
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// encodeRecord returns the stored body of rec. Unlike json.Marshal it does
+// not escape <, > and & (nor U+2028, U+2029) inside the payload, which then
+// stays byte for byte the canonical form it was created in: a record read
+// back can be checked against its idempotencyHash without canonicalising
+// its payload again (see hashAsIs).
+func encodeRecord(rec *schema.Record) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 const selectRecord = `SELECT body, cancellation_requested, dispatched_at, version FROM operations`

@@ -278,6 +278,96 @@ func TestSaveRules(t *testing.T) {
 	}
 }
 
+// A save cannot change what identifies the operation: its actor, key,
+// action, resource, payload, hashes or creation time. Each such save is
+// refused and leaves the stored record as it was.
+func TestSaveRefusesIdentityChange(t *testing.T) {
+	t.Parallel()
+	b := newTestStore(t)
+	ctx := context.Background()
+	rehash := func(r *schema.Record) {
+		h, err := IdempotencyHash(r.Actor, r.Action, r.Resource, r.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.IdempotencyHash = h
+	}
+	changes := []struct {
+		name   string
+		change func(r *schema.Record)
+	}{
+		{"actor", func(r *schema.Record) { r.Actor = "mallory" }},
+		{"actor with its hash", func(r *schema.Record) { r.Actor = "mallory"; rehash(r) }},
+		{"resource", func(r *schema.Record) { r.Resource.ID = "octo/app#2" }},
+		{"resource with its hash", func(r *schema.Record) { r.Resource.ID = "octo/app#2"; rehash(r) }},
+		{"action with its hash", func(r *schema.Record) {
+			r.Action, r.Payload = schema.ActionAddLabels, json.RawMessage(`{"labels":["x"]}`)
+			rehash(r)
+		}},
+		{"payload", func(r *schema.Record) { r.Payload = json.RawMessage(`{"body":"pwned"}`) }},
+		{"payload with its hash", func(r *schema.Record) { r.Payload = json.RawMessage(`{"body":"pwned"}`); rehash(r) }},
+		{"idempotency key", func(r *schema.Record) { r.IdempotencyKey = "other" }},
+		{"idempotency hash", func(r *schema.Record) { r.IdempotencyHash = strings.Repeat("0", 64) }},
+		{"createdAt", func(r *schema.Record) { r.CreatedAt = r.CreatedAt.Add(-time.Hour) }},
+		{"createdAt by a microsecond", func(r *schema.Record) { r.CreatedAt = r.CreatedAt.Add(time.Microsecond) }},
+		{"actor, resource, payload, key and createdAt at once", func(r *schema.Record) {
+			r.Actor, r.Resource.ID = "mallory", "octo/app#2"
+			r.Payload = json.RawMessage(`{"body":"pwned"}`)
+			r.IdempotencyKey, r.CreatedAt = "other", r.CreatedAt.Add(-time.Hour)
+		}},
+	}
+	for i, c := range changes {
+		// Each case on its own record, so that a save wrongly let through
+		// does not hide the next case.
+		orig, _, err := b.store.Create(ctx, newRecord(t, "alice", fmt.Sprintf("who-%d", i), "hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := orig.Clone()
+		c.change(&r)
+		if err := b.store.Save(ctx, &r); !errors.Is(err, ErrIdentityChanged) {
+			t.Errorf("save changing the %s = %v, want ErrIdentityChanged", c.name, err)
+		}
+		got, err := b.store.Get(ctx, orig.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := mustJSON(got), mustJSON(orig); a != b || got.Version != orig.Version {
+			t.Errorf("save changing the %s changed the record:\n%s\n%s", c.name, a, b)
+		}
+		for _, actor := range []string{"alice", "mallory"} {
+			recs, _, err := b.store.List(ctx, ListFilter{Actor: actor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range recs {
+				if l.Actor != actor {
+					t.Errorf("after the %s save, List{Actor: %s} returned a record of %s", c.name, actor, l.Actor)
+				}
+			}
+		}
+	}
+	// The records can still be saved with their identity unchanged.
+	orig, err := b.store.Get(ctx, mustID(t, "alice", "who-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := orig.Clone()
+	ok.CorrelationID = "c-1"
+	if err := b.store.Save(ctx, &ok); err != nil {
+		t.Fatalf("honest save = %v", err)
+	}
+}
+
+func mustID(t *testing.T, actor, key string) string {
+	t.Helper()
+	id, err := OperationID(actor, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func TestRequestCancelQueued(t *testing.T) {
 	t.Parallel()
 	b := newTestStore(t)

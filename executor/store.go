@@ -22,7 +22,11 @@ type Store interface {
 	// refuses a move the status table does not allow (leaving a terminal
 	// state among them, as schema.ErrAlreadyTerminal) and never turns
 	// cancellationRequested back to false: a cancellation requested while
-	// the caller held its copy is kept, and reported back in rec.
+	// the caller held its copy is kept, and reported back in rec. It also
+	// refuses, with ErrIdentityChanged, a record whose identity differs
+	// from the stored one: operationId, idempotencyHash, actor, idempotency
+	// key, action, resource, payload and createdAt never change after
+	// Create.
 	Save(ctx context.Context, rec *schema.Record) error
 	// RequestCancel cancels a queued operation at once, flags a running one
 	// (the executor stops at its next boundary), or returns
