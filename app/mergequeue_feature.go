@@ -19,6 +19,18 @@ var mergeQueueRoutes = []string{
 	"POST /v1/repos/{owner}/{repo}/queue/reconcile",
 }
 
+// MergeQueueConfig is what an operator sets of the merge queue
+// (mergequeue.Config's fields of the same names).
+type MergeQueueConfig struct {
+	// Label puts a pull request in the queue. Defaults to "baton:queue".
+	Label string
+	// RequiredChecks, if not empty, are the check run names or status
+	// contexts a gate requires, instead of the base branch's protection.
+	RequiredChecks []string
+	// MergeMethod is merge, squash or rebase. Defaults to merge.
+	MergeMethod string
+}
+
 // mergeQueueFeature subscribes the merge queue to webhook deliveries and
 // operation outcomes: it turns deliveries into the queue's events and the
 // queue's errors into the dispatcher's.
@@ -76,8 +88,11 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 			}
 			return out, nil
 		},
-		Logger:     s.log,
-		Registerer: s.reg,
+		Label:          s.cfg.MergeQueue.Label,
+		RequiredChecks: s.cfg.MergeQueue.RequiredChecks,
+		MergeMethod:    s.cfg.MergeQueue.MergeMethod,
+		Logger:         s.log,
+		Registerer:     s.reg,
 	})
 	if err != nil {
 		return err

@@ -85,6 +85,11 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown. Defaults to 30s.
 	ShutdownTimeout time.Duration
 
+	// MergeQueue configures the merge queue: its label, the checks its
+	// gate requires and its merge method. Zero values take the queue's
+	// defaults.
+	MergeQueue MergeQueueConfig
+
 	// Dev starts a GitHub simulator in this process on a loopback port,
 	// seeded with installation 1 and octo/demo, and runs baton as its App
 	// with pacing off. Start then creates an admin token and writes

@@ -158,19 +158,11 @@ func (c *Config) fill() error {
 	if c.GitHub == nil {
 		errs = append(errs, errors.New("no GitHub"))
 	}
-	if len(c.Label) > 50 {
-		errs = append(errs, fmt.Errorf("want a Label of at most GitHub's 50 characters, not %q", c.Label))
-	}
 	if len(c.StatusContext) > 255 {
 		errs = append(errs, errors.New("want a StatusContext of at most 255 characters"))
 	}
-	for _, rc := range c.RequiredChecks {
-		if strings.TrimSpace(rc) == "" || rc == c.StatusContext {
-			errs = append(errs, fmt.Errorf("want RequiredChecks without %q (empty, or the queue's own status)", rc))
-		}
-	}
-	if !slices.Contains([]string{"merge", "squash", "rebase"}, c.MergeMethod) {
-		errs = append(errs, fmt.Errorf("want MergeMethod merge, squash or rebase, not %q", c.MergeMethod))
+	if err := checkSettings(c.Label, c.RequiredChecks, c.MergeMethod, c.StatusContext); err != nil {
+		errs = append(errs, err)
 	}
 	if c.LeaseTTL < 3*time.Second || c.LeaseTTL > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("want 3s <= LeaseTTL <= 5m, not %s", c.LeaseTTL))
@@ -194,4 +186,33 @@ func (c *Config) fill() error {
 		return fmt.Errorf("mergequeue: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// MergeMethods are the merge methods a queue may use.
+var MergeMethods = []string{"merge", "squash", "rebase"}
+
+// CheckSettings checks the settings an operator gives the queue (baton
+// serve's flags) as New would: a label of at most 50 characters (empty:
+// the default), required checks that are neither empty nor the queue's
+// own status context, and a merge method of MergeMethods (empty: the
+// default).
+func CheckSettings(label string, requiredChecks []string, mergeMethod string) error {
+	return checkSettings(cmp.Or(strings.TrimSpace(label), DefaultLabel), requiredChecks,
+		cmp.Or(mergeMethod, DefaultMergeMethod), DefaultStatusContext)
+}
+
+func checkSettings(label string, requiredChecks []string, mergeMethod, statusContext string) error {
+	var errs []error
+	if len(label) > 50 {
+		errs = append(errs, fmt.Errorf("want a Label of at most GitHub's 50 characters, not %q", label))
+	}
+	for _, rc := range requiredChecks {
+		if strings.TrimSpace(rc) == "" || rc == statusContext {
+			errs = append(errs, fmt.Errorf("want RequiredChecks without %q (empty, or the queue's own status)", rc))
+		}
+	}
+	if !slices.Contains(MergeMethods, mergeMethod) {
+		errs = append(errs, fmt.Errorf("want MergeMethod merge, squash or rebase, not %q", mergeMethod))
+	}
+	return errors.Join(errs...)
 }

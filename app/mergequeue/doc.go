@@ -45,11 +45,18 @@
 //
 // Only the first entry of the queue merges, once its gate passed: a
 // github.pulls.merge operation at prSha, keyed MergeKey
-// ("merge:<owner>/<repo>#<n>@<sha>"), actor "github:<installation>". The
-// merge's outcome comes back through OnOperationFinished (and the
+// ("merge:<owner>/<repo>#<n>@<sha>:<queuedAt>", queuedAt in Unix
+// microseconds), actor "github:<installation>": one join at one head is
+// one merge, and a pull request that joins again after a bounce gets a new
+// one. The merge's outcome comes back through OnOperationFinished (and the
 // pull_request closed webhook): merged, the entry leaves and the next head
-// may merge; refused, the pull request bounces, unless its head moved (it
-// is re-evaluated) or it was merged or closed meanwhile. Every queued head
+// may merge; failed because GitHub, or the way to it, failed (server
+// errors, the network, rate limits), a new try is submitted (key suffix
+// ":<try>"), up to three, before the pull request bounces saying GitHub
+// kept failing; refused, the pull request bounces. Either way not if its
+// head moved (it is re-evaluated) or it was merged or closed meanwhile.
+// The bounce comment is keyed by the pull request, head and join, so one
+// bounce is one comment whichever trigger makes it. Every queued head
 // carries a pending commit status (Config.StatusContext, "baton/queue")
 // saying its place: "1st in queue", "2nd in queue"…
 //
@@ -68,8 +75,9 @@
 //     closed or pushed to) are told apart by a read of the state and
 //     dropped without taking the lease.
 //   - Every GitHub mutation is an operation with an idempotency key: the
-//     merge's names the pull request and the tested head; the others'
-//     contain the trigger (the delivery ID of a webhook, the ID of a
+//     merge's names the pull request, the tested head and the join (and
+//     the try); the bounce comment's the pull request, head and join; the
+//     others' contain the trigger (the delivery ID of a webhook, the ID of a
 //     finished operation, or of a reconcile run). Handling a delivery again
 //     (a retry, a crash, a redelivery) finds the operations it created.
 //     GitHub is only read directly (pull requests, checks, statuses,

@@ -228,7 +228,7 @@ func (r *run) evaluate(e *entry) error {
 	case GateFailure:
 		e.gateResult, e.gateDetail, e.gateResultAt, e.dirty = GateFailure, g.detail, r.now, true
 		r.audit(AuditGateFailure, e.pr, e.sha, g.detail)
-		return r.bounce(e, fmt.Sprintf("the checks on %s %s", shortSHA(e.sha), g.detail))
+		return r.bounce(e, fmt.Sprintf("the checks on %s %s", shortSHA(e.sha), g.detail), "")
 	default:
 		if e.status != StatusEvaluating || e.gateResult != GatePending || e.gateDetail != g.detail {
 			e.status, e.gateResult, e.gateDetail, e.gateResultAt, e.dirty = StatusEvaluating, GatePending, g.detail, r.now, true

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // GitHub's rules for account and repository names, loosely: the queue
@@ -37,11 +38,33 @@ func nameKey(owner, name string) string { return strings.ToLower(owner + "/" + n
 // made under: "repo:<owner>/<name>", lower-cased.
 func LeaseKey(owner, name string) string { return "repo:" + nameKey(owner, name) }
 
-// MergeKey is the idempotency key of the merge of pull request n at sha:
-// "merge:<owner>/<name>#<n>@<sha>", with the repository lower-cased so
-// that every path to the merge names the same operation.
-func MergeKey(owner, name string, n int, sha string) string {
-	return "merge:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + "@" + sha
+// MergeKey is the idempotency key of a merge of pull request n at sha:
+// "merge:<owner>/<name>#<n>@<sha>:<joined>", where joined is when the pull
+// request joined the queue (its entry's queuedAt, in Unix microseconds),
+// and ":<try>" is appended from the second try on (a try replaces one
+// whose attempts ran out on errors GitHub may not repeat). The repository
+// is lower-cased so that every path to the merge names the same
+// operation: one join, at one head, is one merge, whoever asks; a later
+// join at the same head is a new one.
+func MergeKey(owner, name string, n int, sha string, joined time.Time, try int) string {
+	k := "merge:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + "@" + sha + ":" + strconv.FormatInt(joined.UnixMicro(), 10)
+	if try > 1 {
+		k += ":" + strconv.Itoa(try)
+	}
+	return k
+}
+
+// bounceKey is the idempotency key of the comment that says why pull
+// request n, in the queue since joined, bounced at sha:
+// "mergequeue:bounce:<owner>/<name>#<n>@<sha>:<joined>". Whichever trigger
+// bounces it, one join at one head gets one comment.
+func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
+	k := "mergequeue:bounce:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + "@" + sha + ":" + strconv.FormatInt(joined.UnixMicro(), 10)
+	if len(k) <= 255 {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "mergequeue:bounce:sha256:" + hex.EncodeToString(sum[:])
 }
 
 // opKey derives the idempotency key of a piece of work done for one

@@ -3,6 +3,9 @@ package mergequeue
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/schema"
 )
 
 func TestNames(t *testing.T) {
@@ -15,8 +18,17 @@ func TestNames(t *testing.T) {
 	if got := LeaseKey("Octo", "Demo"); got != "repo:octo/demo" {
 		t.Errorf("LeaseKey: %s", got)
 	}
-	if got := MergeKey("Octo", "Demo", 4, "abc"); got != "merge:octo/demo#4@abc" {
+	joined := time.UnixMicro(1767225600000001)
+	if got := MergeKey("Octo", "Demo", 4, "abc", joined, 1); got != "merge:octo/demo#4@abc:1767225600000001" {
 		t.Errorf("MergeKey: %s", got)
+	}
+	if got := MergeKey("Octo", "Demo", 4, "abc", joined, 2); got != "merge:octo/demo#4@abc:1767225600000001:2" {
+		t.Errorf("MergeKey, second try: %s", got)
+	}
+	// The longest names GitHub allows, and a SHA-256 head, still make a
+	// valid idempotency key.
+	if got := MergeKey(strings.Repeat("o", 39), strings.Repeat("r", 100), 1<<31-1, strings.Repeat("f", 64), joined, mergeTries); len(got) > schema.MaxIdempotencyKeyChars {
+		t.Errorf("MergeKey of %d characters", len(got))
 	}
 	short := opKey("delivery:1234", "status", "#4@abc", "2")
 	if short != "delivery:1234:mergequeue:status:#4@abc:2" {

@@ -50,7 +50,7 @@ func TestReconcileRepairsWhatACrashLeft(t *testing.T) {
 		}
 	}
 	payload, _ := json.Marshal(schema.MergePayload{SHA: sha[6], Method: "merge"})
-	merge6, _, err := s.exec.Submit(ctx, "github:1", schema.Submission{IdempotencyKey: mergequeue.MergeKey("octo", repo, 6, sha[6]),
+	merge6, _, err := s.exec.Submit(ctx, "github:1", schema.Submission{IdempotencyKey: mergequeue.MergeKey("octo", repo, 6, sha[6], s.clock.Now(), 1),
 		Action: schema.ActionMerge, Resource: schema.Resource{Type: "pull_request", ID: "octo/" + repo + "#6"}, Payload: payload, InstallationID: 1})
 	if err != nil {
 		t.Fatal(err)

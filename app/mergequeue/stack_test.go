@@ -367,18 +367,31 @@ func (s *stack) mergeEffects(repo string) []ghsim.Effect {
 	return out
 }
 
-// mergeOp returns the merge operation the queue submitted for n at sha.
-func (s *stack) mergeOp(t tester, repo string, n int, sha string) schema.Record {
+// mergeOps returns the merge operations of pull request n, newest first.
+func (s *stack) mergeOps(t tester, repo string, n int) []schema.Record {
 	t.Helper()
-	id, err := executor.OperationID("github:1", mergequeue.MergeKey("octo", repo, n, sha))
+	recs, _, err := s.exec.List(context.Background(), executor.ListFilter{Action: schema.ActionMerge,
+		ResourceType: schema.ResourcePullRequest, ResourceID: fmt.Sprintf("octo/%s#%d", repo, n), Limit: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := s.exec.Get(context.Background(), id)
-	if err != nil {
-		t.Fatalf("merge operation of #%d at %s: %v", n, sha, err)
+	return recs
+}
+
+// mergeOp returns the merge operation of n at sha, failing unless there
+// is exactly one.
+func (s *stack) mergeOp(t tester, repo string, n int, sha string) schema.Record {
+	t.Helper()
+	var out []schema.Record
+	for _, r := range s.mergeOps(t, repo, n) {
+		if payloadSHA(t, r) == sha {
+			out = append(out, r)
+		}
 	}
-	return rec
+	if len(out) != 1 {
+		t.Fatalf("%d merge operations of #%d at %s", len(out), n, sha)
+	}
+	return out[0]
 }
 
 func payloadSHA(t tester, rec schema.Record) string {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-github/v62/github"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -79,10 +80,17 @@ func (r *run) join(n int, via string) (*github.PullRequest, error) {
 // joinPull puts an open pull request at the end of the queue.
 func (r *run) joinPull(pr *github.PullRequest, via string) error {
 	n := pr.GetNumber()
+	joined := r.now.Truncate(time.Microsecond) // as the state keeps it
 	if e := r.find(n); e != nil {
 		r.remove(e) // bounced before; it joins again
+		// A join is told from the one before by its time (merges and
+		// bounce comments are keyed by it): later, even on a clock that
+		// did not move.
+		if !joined.After(e.queuedAt) {
+			joined = e.queuedAt.Add(time.Microsecond)
+		}
 	}
-	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued, queuedAt: r.now}
+	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued, queuedAt: joined}
 	r.st.entries = append(r.st.entries, e)
 	r.audit(AuditJoin, n, e.sha, via)
 	r.note("#%d joined at %s", n, shortSHA(e.sha))
@@ -226,18 +234,23 @@ func (r *run) command(in *intent) error {
 
 // bounce takes e out of the queue for reason: a comment saying why, the
 // label removed, a failing status, and the entry kept as bounced until its
-// label is gone.
-func (r *run) bounce(e *entry, reason string) error {
+// label is gone. advice ends the comment, with %s for the label; empty,
+// it asks for a fix first.
+func (r *run) bounce(e *entry, reason, advice string) error {
 	e.status, e.bounceReason, e.dirty = StatusBounced, truncate(reason, 1000), true
 	r.audit(AuditBounce, e.pr, e.sha, reason)
 	r.note("#%d bounced: %s", e.pr, reason)
 	r.log.Warn("pull request bounced from the queue", zap.String(logEvent, "mergequeue.bounced"), zap.Int(logPR, e.pr),
 		zap.String(logReason, truncate(reason, 200)))
+	if advice == "" {
+		advice = "Fix it, then add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue."
+	}
 	n := "#" + strconv.Itoa(e.pr)
-	body := fmt.Sprintf("baton removed this pull request from the merge queue: %s.\n\n"+
-		"Fix it, then add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue.",
-		reason, r.q.cfg.Label)
-	if _, err := r.submit(schema.ActionComment, r.issueResource(e.pr), schema.CommentPayload{Body: truncate(body, 60000)}, "bounce", n+"@"+e.sha); err != nil {
+	body := fmt.Sprintf("baton removed this pull request from the merge queue: %s.\n\n"+advice, reason, r.q.cfg.Label)
+	// One comment per join and head, whichever trigger bounces it: a run
+	// that ended before it recorded the bounce does not comment twice.
+	key := bounceKey(r.owner, r.name, e.pr, e.sha, e.queuedAt)
+	if _, err := r.submitKey(key, schema.ActionComment, r.issueResource(e.pr), schema.CommentPayload{Body: truncate(body, 60000)}); err != nil {
 		return err
 	}
 	if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(e.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", n); err != nil {
@@ -248,17 +261,17 @@ func (r *run) bounce(e *entry, reason string) error {
 
 // settle merges the head of the queue once its gate has passed, one pull
 // request at a time, and applies the outcome of its merge operation:
-// merged, the next head may merge; refused, the head bounces (or, if its
-// head moved meanwhile, is re-evaluated). Then the position statuses
-// follow the queue.
+// merged, the next head may merge; failed, the head is tried again, bounces
+// or (if its head moved meanwhile) is re-evaluated. Then the position
+// statuses follow the queue.
 func (r *run) settle() error {
-	for range len(r.st.entries) + 2 {
+	for range len(r.st.entries) + 2 + mergeTries {
 		act := r.active()
 		if len(act) == 0 || act[0].status != StatusGatePassed {
 			break
 		}
 		head := act[0]
-		rec, err := r.mergeOperation(head)
+		rec, try, err := r.mergeOperation(head)
 		if err != nil {
 			return err
 		}
@@ -271,44 +284,142 @@ func (r *run) settle() error {
 			}
 			continue
 		}
-		if err := r.mergeRefused(head, rec); err != nil {
+		if err := r.mergeFailed(head, rec, try); err != nil {
 			return err
 		}
 	}
 	return r.positions()
 }
 
-// mergeOperation returns the merge operation of the head, submitting it if
-// it does not exist yet. Its key names the pull request and the head it
-// was tested at, whoever asks.
-func (r *run) mergeOperation(e *entry) (schema.Record, error) {
+// mergeTries bounds the merge operations of one join at one head: a try
+// whose attempts ran out on failures GitHub may not repeat (server errors,
+// the network, rate limits) is followed by another, up to mergeTries; then
+// the pull request bounces.
+const mergeTries = 3
+
+// transientCategories are the error categories of failures that say
+// nothing about the pull request: GitHub, or the way to it, failed.
+var transientCategories = map[string]bool{
+	executor.CategoryNetwork:            true,
+	executor.CategoryTimeout:            true,
+	executor.CategoryServerError:        true,
+	executor.CategoryRateLimited:        true,
+	executor.CategorySecondaryRateLimit: true,
+	executor.CategoryPrimaryRateLimit:   true,
+	executor.CategoryCancelled:          true, // a request cut short (baton stopping), not the operation cancelled
+}
+
+// failureCategory is the error category a failed operation ended on.
+func failureCategory(rec schema.Record) string {
+	if rec.LastErrorCategory != "" || len(rec.AttemptLog) == 0 {
+		return rec.LastErrorCategory
+	}
+	return rec.AttemptLog[len(rec.AttemptLog)-1].ErrorCategory
+}
+
+// transientFailure reports whether a merge operation failed because GitHub
+// could not be asked, not because it refused the merge.
+func transientFailure(rec schema.Record) bool {
+	return rec.Status == schema.StatusFailed && transientCategories[failureCategory(rec)]
+}
+
+func (r *run) mergeKey(e *entry, try int) string {
+	return MergeKey(r.owner, r.name, e.pr, e.sha, e.queuedAt, try)
+}
+
+func (r *run) mergeOperationID(e *entry, try int) (string, error) {
+	id, err := executor.OperationID(webhookActor(r.inst), r.mergeKey(e, try))
+	if err != nil {
+		return "", fmt.Errorf("mergequeue: merge operation id: %w", err)
+	}
+	return id, nil
+}
+
+// mergeOperation returns the current merge operation of the head, and its
+// try (1 to mergeTries), submitting the first try if there is none. The
+// keys name the pull request, the join and the head it was tested at,
+// whoever asks: the same join at the same head never gets a second merge
+// unless the one before failed.
+func (r *run) mergeOperation(e *entry) (schema.Record, int, error) {
 	if e.mergeOperationID != "" {
 		rec, err := r.q.cfg.Operations.Get(r.ctx, e.mergeOperationID)
 		if err == nil {
-			return rec, nil
+			try, err := r.mergeTry(e, rec.OperationID)
+			return rec, try, err
 		}
 		if !errors.Is(err, schema.ErrNotFound) {
-			return rec, fmt.Errorf("mergequeue: read merge operation: %w", err)
+			return rec, 0, fmt.Errorf("mergequeue: read merge operation: %w", err)
 		}
 	}
+	// The newest try there is: a run that submitted it may have ended
+	// before it recorded it.
+	var last schema.Record
+	try := 0
+	for i := 1; i <= mergeTries; i++ {
+		id, err := r.mergeOperationID(e, i)
+		if err != nil {
+			return last, 0, err
+		}
+		rec, err := r.q.cfg.Operations.Get(r.ctx, id)
+		if errors.Is(err, schema.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return last, 0, fmt.Errorf("mergequeue: read merge operation: %w", err)
+		}
+		last, try = rec, i
+	}
+	if try == 0 {
+		rec, err := r.submitMerge(e, 1)
+		return rec, 1, err
+	}
+	if e.mergeOperationID != last.OperationID {
+		e.mergeOperationID, e.dirty = last.OperationID, true
+	}
+	return last, try, nil
+}
+
+// mergeTry returns which try of e's merge operation id is; an operation
+// of no try (keyed as an older baton keyed merges) counts as the first.
+func (r *run) mergeTry(e *entry, id string) (int, error) {
+	for i := 1; i <= mergeTries; i++ {
+		want, err := r.mergeOperationID(e, i)
+		if err != nil {
+			return 0, err
+		}
+		if want == id {
+			return i, nil
+		}
+	}
+	return 1, nil
+}
+
+// submitMerge submits try number try of e's merge and makes it e's merge
+// operation.
+func (r *run) submitMerge(e *entry, try int) (schema.Record, error) {
 	payload := schema.MergePayload{SHA: e.sha, Method: r.q.cfg.MergeMethod}
-	rec, err := r.submitKey(MergeKey(r.owner, r.name, e.pr, e.sha), schema.ActionMerge, r.pullResource(e.pr), payload)
+	rec, err := r.submitKey(r.mergeKey(e, try), schema.ActionMerge, r.pullResource(e.pr), payload)
 	if err != nil {
 		return rec, err
 	}
 	if e.mergeOperationID != rec.OperationID {
 		e.mergeOperationID, e.dirty = rec.OperationID, true
-		r.note("#%d merge submitted at %s", e.pr, shortSHA(e.sha))
-		r.logInfo("merge submitted", "mergequeue.merge_submitted", e.pr, zap.String(logOperationID, rec.OperationID))
+		if try == 1 {
+			r.note("#%d merge submitted at %s", e.pr, shortSHA(e.sha))
+		} else {
+			r.note("#%d merge submitted again at %s (try %d of %d)", e.pr, shortSHA(e.sha), try, mergeTries)
+		}
+		r.logInfo("merge submitted", "mergequeue.merge_submitted", e.pr, zap.String(logOperationID, rec.OperationID), zap.Int("try", try))
 	}
 	return rec, nil
 }
 
-// mergeRefused applies a merge operation that did not succeed, after
+// mergeFailed applies a merge operation that did not succeed, after
 // reading the pull request: merged anyway (by someone else), closed, moved
-// to a new head (the merge's sha was stale: re-evaluate), or refused as it
-// stands (bounce).
-func (r *run) mergeRefused(e *entry, rec schema.Record) error {
+// to a new head (the merge's sha was stale: re-evaluate), failed on GitHub
+// or the way to it (try again, up to mergeTries), or refused as it stands
+// (bounce).
+func (r *run) mergeFailed(e *entry, rec schema.Record, try int) error {
 	pr, err := r.getPull(e.pr)
 	if err != nil {
 		return err
@@ -329,10 +440,20 @@ func (r *run) mergeRefused(e *entry, rec schema.Record) error {
 	if why == "" {
 		why = string(rec.Status)
 	}
-	if rec.Status == schema.StatusCancelled {
-		why = "the merge operation was cancelled"
+	switch {
+	case rec.Status == schema.StatusCancelled:
+		return r.bounce(e, "its merge operation was cancelled", "")
+	case transientFailure(rec) && try < mergeTries:
+		r.note("#%d merge failed on GitHub's side (%s): trying again", e.pr, failureCategory(rec))
+		r.log.Warn("merge failed on GitHub's side; trying again", zap.String(logEvent, "mergequeue.merge_retried"), zap.Int(logPR, e.pr),
+			zap.String(logOperationID, rec.OperationID), zap.String(executor.LogErrorCategory, failureCategory(rec)), zap.Int("try", try))
+		_, err := r.submitMerge(e, try+1)
+		return err
+	case transientFailure(rec):
+		return r.bounce(e, fmt.Sprintf("GitHub kept failing to merge it (%d tries; last: %s)", try, why),
+			"This is not a problem with the pull request: add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue.")
 	}
-	return r.bounce(e, "GitHub refused the merge: "+why)
+	return r.bounce(e, "GitHub refused the merge: "+why, "")
 }
 
 // positions keeps a pending status on each queued head saying its place:

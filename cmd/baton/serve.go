@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/queue"
 )
 
@@ -43,10 +46,13 @@ type serveOptions struct {
 	reconcileInterval, reconcileMinAge           time.Duration
 	synchronous                                  string
 	logLevel, logFormat                          string
+	mqLabel, mqChecks, mqMethod                  string
 }
 
-func newServeCmd() *cobra.Command {
-	o := &serveOptions{}
+func newServeCmd() *cobra.Command { return serveCmd(&serveOptions{}) }
+
+// serveCmd is `baton serve`, its flags set into o.
+func serveCmd(o *serveOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run baton: the API, the webhook receiver, the queue and the workers",
@@ -62,6 +68,11 @@ as the App.
 installation 1 and repository octo/demo (pull requests #1–#3, issues
 #10–#12, branch main), creates an admin token, writes <data>/dev.json and
 prints commands to try. Nothing leaves the loopback interface.
+
+The merge queue merges pull requests labeled --merge-queue-label one at a
+time, in order, once the checks of their head passed: the checks listed in
+--merge-queue-checks, or else the required checks of the base branch's
+protection (with none, every check reported on the head).
 
 Every flag can also be set with an environment variable: BATON_ and the
 flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
@@ -105,6 +116,9 @@ finish or go back to the queue (releasing their leases) within
 	f.DurationVar(&o.reconcileMinAge, "reconcile-min-age", time.Minute, "how long after its last dispatch an unfinished operation may be published again by the reconciler")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline")
 	f.StringVar(&o.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous setting: FULL|EXTRA|NORMAL")
+	f.StringVar(&o.mqLabel, "merge-queue-label", mergequeue.DefaultLabel, "label that puts a pull request in the merge queue (at most 50 characters)")
+	f.StringVar(&o.mqChecks, "merge-queue-checks", "", "comma-separated check runs or status contexts a pull request needs before it merges (default: the base branch's required checks)")
+	f.StringVar(&o.mqMethod, "merge-queue-method", mergequeue.DefaultMergeMethod, "how the merge queue merges: merge|squash|rebase")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	f.StringVar(&o.logFormat, "log-format", "", "log format: json|console (default json; console with --dev)")
 	cliUsageErrors(cmd)
@@ -196,6 +210,11 @@ func (o *serveOptions) config() (app.Config, error) {
 			Replicas:        o.natsReplicas,
 		},
 	}
+	mq, err := o.mergeQueue()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.MergeQueue = mq
 	switch o.pacing {
 	case "on", "true":
 		on := true
@@ -234,6 +253,38 @@ func (o *serveOptions) config() (app.Config, error) {
 		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")
 	}
 	return cfg, nil
+}
+
+// mergeQueue checks the merge queue's flags.
+func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
+	mq := app.MergeQueueConfig{Label: strings.TrimSpace(o.mqLabel), MergeMethod: o.mqMethod}
+	if mq.Label == "" {
+		return mq, errors.New("--merge-queue-label must not be empty")
+	}
+	if n := utf8.RuneCountInString(mq.Label); n > 50 {
+		return mq, fmt.Errorf("--merge-queue-label must be at most 50 characters (GitHub's limit), not %d", n)
+	}
+	if strings.TrimSpace(o.mqChecks) != "" {
+		for _, c := range strings.Split(o.mqChecks, ",") {
+			c = strings.TrimSpace(c)
+			switch c {
+			case "":
+				return mq, fmt.Errorf("--merge-queue-checks has an empty check name in %q (give names separated by commas)", o.mqChecks)
+			case mergequeue.DefaultStatusContext:
+				return mq, fmt.Errorf("--merge-queue-checks must not list %q: it is the merge queue's own status", c)
+			}
+			if !slices.Contains(mq.RequiredChecks, c) {
+				mq.RequiredChecks = append(mq.RequiredChecks, c)
+			}
+		}
+	}
+	if !slices.Contains(mergequeue.MergeMethods, mq.MergeMethod) {
+		return mq, fmt.Errorf("--merge-queue-method must be merge, squash or rebase, not %q", mq.MergeMethod)
+	}
+	if err := mergequeue.CheckSettings(mq.Label, mq.RequiredChecks, mq.MergeMethod); err != nil {
+		return mq, fmt.Errorf("merge queue: %w", err)
+	}
+	return mq, nil
 }
 
 func newLogger(o *serveOptions) (*zap.Logger, error) {

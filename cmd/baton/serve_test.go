@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,10 +69,58 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--dev", "--app-id", "5", "--private-key", "/dev/null", "--webhook-secret", "x", "--data", dir},
 		{"serve", "--ack-wait", "5s", "--lease-ttl", "10s", "--data", dir},
 		{"serve", "extra-argument"},
+		{"serve", "--merge-queue-method", "octopus", "--data", dir},
+		{"serve", "--merge-queue-checks", "ci,,lint", "--data", dir},
+		{"serve", "--merge-queue-checks", "ci,baton/queue", "--data", dir},
+		{"serve", "--merge-queue-label", strings.Repeat("l", 51), "--data", dir},
+		{"serve", "--merge-queue-label", " ", "--data", dir},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
 		}
+	}
+}
+
+// The merge queue's flags (or their variables) reach the server's Config.
+func TestServeMergeQueueFlags(t *testing.T) {
+	t.Setenv("BATON_MERGE_QUEUE_CHECKS", " ci , lint,ci")
+	t.Setenv("BATON_MERGE_QUEUE_METHOD", "squash")
+	t.Setenv("BATON_MERGE_QUEUE_LABEL", "from-the-environment")
+	o := &serveOptions{}
+	cmd := serveCmd(o)
+	if err := cmd.Flags().Parse([]string{"--merge-queue-label", "ship-it"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := envFlags(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mq := cfg.MergeQueue
+	if mq.Label != "ship-it" || mq.MergeMethod != "squash" || !slices.Equal(mq.RequiredChecks, []string{"ci", "lint"}) {
+		t.Errorf("merge queue settings: %+v", mq)
+	}
+	// The defaults: the queue's label and method, the branch's checks.
+	o = &serveOptions{}
+	cmd = serveCmd(o)
+	if err := cmd.Flags().Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = o.config(); err != nil {
+		t.Fatal(err)
+	}
+	if mq := cfg.MergeQueue; mq.Label != "baton:queue" || mq.MergeMethod != "merge" || mq.RequiredChecks != nil {
+		t.Errorf("default merge queue settings: %+v", mq)
+	}
+	o = &serveOptions{}
+	cmd = serveCmd(o)
+	if err := cmd.Flags().Parse([]string{"--merge-queue-method", "fast-forward"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--merge-queue-method must be merge, squash or rebase") {
+		t.Errorf("a bad method: %v", err)
 	}
 }
 

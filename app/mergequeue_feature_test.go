@@ -1,0 +1,82 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/schema"
+)
+
+// The merge queue's label, required checks and merge method come from
+// the server's Config.
+func TestServerMergeQueueSettings(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true, MergeQueue: MergeQueueConfig{Label: "ship-it", RequiredChecks: []string{"lint"}, MergeMethod: "squash"}})
+	sim := srv.Simulator()
+	head := ghsim.DemoHeadSHA(2)
+	if _, err := sim.AddCheckRun("octo", "demo", ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	// The default label does nothing; the configured one queues.
+	if err := sim.AddLabel("octo", "demo", 3, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddLabel("octo", "demo", 2, "ship-it", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(srv.URL(), client.WithToken(srv.Dev().Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30s: %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var q client.QueueState
+	wait("#2 queued, waiting for lint", func() bool {
+		if q, err = c.Queue(ctx, "octo", "demo"); err != nil {
+			t.Fatal(err)
+		}
+		return len(q.Entries) == 1 && q.Entries[0].PRNumber == 2 && q.Entries[0].Status == "evaluating"
+	})
+	// ci passed, but lint is what the gate requires.
+	if pr, err := sim.Pull("octo", "demo", 2); err != nil || pr.Merged {
+		t.Fatalf("#2 merged before lint passed (%v)", err)
+	}
+	if _, err := sim.AddCheckRun("octo", "demo", ghsim.NewCheckRun{Name: "lint", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("#2 merged", func() bool {
+		pr, err := sim.Pull("octo", "demo", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pr.Merged
+	})
+	ops, _, err := srv.exec.List(ctx, executor.ListFilter{Action: schema.ActionMerge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 1 {
+		t.Fatalf("%d merge operations", len(ops))
+	}
+	var p schema.MergePayload
+	if err := json.Unmarshal(ops[0].Payload, &p); err != nil || p.Method != "squash" {
+		t.Errorf("merge method %q (%v)", p.Method, err)
+	}
+	if pr, err := sim.Pull("octo", "demo", 3); err != nil || pr.Merged {
+		t.Errorf("#3, labeled baton:queue, merged (%v)", err)
+	}
+}
