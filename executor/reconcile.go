@@ -24,6 +24,9 @@ type LeaseChecker interface {
 // limit candidates are found or the store has no more, so fewer than
 // limit means there are no more.
 func (e *Executor) DispatchCandidates(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
 	lc, ok := e.leases.(LeaseChecker)
 	if !ok {
 		return e.store.Undispatched(ctx, before, limit)

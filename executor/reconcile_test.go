@@ -99,3 +99,15 @@ func TestDispatchCandidatesSkipsLiveWorkers(t *testing.T) {
 		}
 	}
 }
+
+// A limit of zero or less asks for nothing (and must not loop or panic).
+func TestDispatchCandidatesNoLimit(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	for _, limit := range []int{0, -1} {
+		ids, err := s.exec.DispatchCandidates(context.Background(), time.Now(), limit)
+		if err != nil || len(ids) != 0 {
+			t.Errorf("limit %d: %v, %v", limit, ids, err)
+		}
+	}
+}
