@@ -29,18 +29,26 @@
 //     where a record says it could not tell (its last probe failed);
 //   - one writer: no two mutating calls on one resource overlapped in time
 //     (the simulator's effect log records when each arrived and ended);
-//   - nothing held: no lease is left held, and the dead-letter stream is
-//     empty.
+//   - nothing held: no lease is left held — every row of the leases
+//     table is read, not only the workload's keys —, and the dead-letter
+//     stream is empty.
 //
 // With -short it runs 300 operations and two kills.
 //
 // TestBrokerFaults runs the same workload (600 operations) with an external
-// nats-server (`--nats`), killed with SIGKILL and restarted twice while
-// operations are submitted and carried out. Submissions made while the
-// broker is away are accepted (the record store is the source of truth)
-// and the reconciler publishes them once it is back: nothing accepted is
-// lost, nothing applied twice. CI must have nats-server installed; elsewhere
-// the test is skipped without it.
+// nats-server (`--nats`), killed with SIGKILL and restarted twice: once
+// while the clients submit, once while the operations are carried out
+// (when a counted share of them is still queued or running). Each time it
+// stays away longer than baton's 5 s publish timeout, so no publish waits
+// it out. Submissions made while the broker is away are accepted (the
+// record store is the source of truth) and published once it is back — by
+// the reconciler, or by the executor when the operation before them on
+// their resource finishes. The test checks that neither kill came when
+// there was nothing to do, that submissions were accepted while the broker
+// was away, that the reconciler published operations again (baton's
+// /metrics), and, as above, that nothing accepted is lost and nothing is
+// applied twice. With -short it runs 200 operations. CI must have
+// nats-server installed; elsewhere the test is skipped without it.
 //
 // TestLastAttemptAppliedButAnswerLost pins what the crash test found first:
 // an operation whose last allowed attempt is applied by GitHub but whose

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -36,7 +37,11 @@ type findings struct {
 	disagree     []string // GitHub and the record tell different stories
 	overlaps     []string
 	leasesHeld   []string
-	deadLetters  []string
+	// leasesExpired counts the leases whose holder stopped renewing them
+	// (killed) and which nobody has force-released or taken over yet:
+	// not held, since anyone may take them.
+	leasesExpired int
+	deadLetters   []string
 
 	mergedOnce, refUpdates, comments, labelOps int
 	faults                                     map[ghsim.FaultKind]int
@@ -66,7 +71,7 @@ func effectKind(e ghsim.Effect) string {
 
 // verify checks what happened, on GitHub and in baton, once the server
 // has settled.
-func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Client, ops []*plannedOp, sub *submitter) *findings {
+func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Client, ops []*plannedOp, sub *submitter, dbPath string) *findings {
 	f := &findings{outcomes: map[string]map[string]int{}, failedCategories: map[string]int{}, faults: map[ghsim.FaultKind]int{}}
 
 	// Every operation answered 201 or 200 exists and is terminal.
@@ -357,17 +362,13 @@ func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Clie
 		f.violate("record and GitHub disagree: %s", d)
 	}
 
-	// No lease left held, nothing dead-lettered.
-	for _, key := range fx.resourceKeys() {
-		st, err := admin.CheckLease(ctx, key)
-		if err != nil {
-			f.violate("lease %s: %v", key, err)
-			continue
-		}
-		if st.Locked {
-			f.leasesHeld = append(f.leasesHeld, fmt.Sprintf("%s held by %s (%.1fs left)", key, st.Owner, st.ExpiresInSeconds))
-		}
+	// No lease left held — of any key, not only the workload's —, nothing
+	// dead-lettered.
+	held, expired, err := leasesInDatabase(ctx, dbPath)
+	if err != nil {
+		f.violate("leases: %v", err)
 	}
+	f.leasesHeld, f.leasesExpired = held, expired
 	for _, l := range f.leasesHeld {
 		f.violate("lease left held: %s", l)
 	}
@@ -385,4 +386,37 @@ func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Clie
 		f.faults[fs.Kind] += fs.Fired
 	}
 	return f
+}
+
+// leasesInDatabase reads every row of baton's leases table (the file at
+// dbPath, while the server runs: SQLite lets another process read it) and
+// returns the leases still held — not yet expired — and how many rows
+// have expired.
+func leasesInDatabase(ctx context.Context, dbPath string) (held []string, expired int, err error) {
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{ReadConns: 1})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer db.Close()
+	rows, err := db.Query(ctx, `SELECT key, owner, expires_at FROM leases ORDER BY key`)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	now := time.Now()
+	for rows.Next() {
+		var (
+			key, owner string
+			expUs      int64
+		)
+		if err := rows.Scan(&key, &owner, &expUs); err != nil {
+			return nil, 0, err
+		}
+		if left := time.UnixMicro(expUs).Sub(now); left > 0 {
+			held = append(held, fmt.Sprintf("%s held by %s (%.1fs left)", key, owner, left.Seconds()))
+		} else {
+			expired++
+		}
+	}
+	return held, expired, rows.Err()
 }

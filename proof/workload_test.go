@@ -109,33 +109,6 @@ func newFixture(t testing.TB, sim *ghsim.Sim, chainLen int) *fixture {
 	return f
 }
 
-// resourceKeys lists the 50 resources' keys.
-func (f *fixture) resourceKeys() []string {
-	var keys []string
-	for _, r := range f.resources() {
-		keys = append(keys, r.Key())
-	}
-	return keys
-}
-
-func (f *fixture) resources() []schema.Resource {
-	var rs []schema.Resource
-	repo := fixtureOwner + "/" + fixtureRepo
-	for _, n := range f.issues {
-		rs = append(rs, schema.Resource{Type: schema.ResourceIssue, ID: fmt.Sprintf("%s#%d", repo, n)})
-	}
-	for _, p := range f.pulls {
-		rs = append(rs, schema.Resource{Type: schema.ResourcePullRequest, ID: fmt.Sprintf("%s#%d", repo, p.number)})
-	}
-	for _, b := range f.branches {
-		rs = append(rs, schema.Resource{Type: schema.ResourceRef, ID: repo + ":heads/" + b.name})
-	}
-	for _, c := range f.commits {
-		rs = append(rs, schema.Resource{Type: schema.ResourceCommit, ID: repo + "@" + c})
-	}
-	return rs
-}
-
 // plannedOp is one operation of the workload.
 type plannedOp struct {
 	seq      int // position in the workload
@@ -259,6 +232,8 @@ type accepted struct {
 	id     string
 	status int // 201 or 200
 	tries  int
+	// first is when the first try was sent, at when the answer came.
+	first, at time.Time
 }
 
 // submitter runs the clients: each submits its operations in order and
@@ -310,6 +285,7 @@ func (s *submitter) run(ctx context.Context, perClient [][]*plannedOp) {
 func (s *submitter) submit(ctx context.Context, cl *client.Client, op *plannedOp) {
 	req := client.SubmitRequest{IdempotencyKey: op.key, Action: op.action, Resource: op.resource, Payload: op.payload}
 	backoff := 20 * time.Millisecond
+	first := time.Now()
 	for tries := 1; ; tries++ {
 		v, created, err := cl.Submit(ctx, req)
 		if err == nil {
@@ -317,9 +293,10 @@ func (s *submitter) submit(ctx context.Context, cl *client.Client, op *plannedOp
 			if created {
 				status = http.StatusCreated
 			}
+			now := time.Now()
 			s.mu.Lock()
-			s.results[v.OperationID] = &accepted{op: op, id: v.OperationID, status: status, tries: tries}
-			s.lastAt = time.Now()
+			s.results[v.OperationID] = &accepted{op: op, id: v.OperationID, status: status, tries: tries, first: first, at: now}
+			s.lastAt = now
 			s.mu.Unlock()
 			s.accepted.Add(1)
 			if tries > 1 {
