@@ -21,6 +21,21 @@ type DeadLetterList struct {
 // letters name every actor's operations.
 var errAdminOnly = schema.Errorf(schema.CodeForbidden, "dead letters are for admin tokens only")
 
+// errQueueUnavailable answers a dead-letter route while the queue is not
+// reachable (an external NATS restarting, baton stopping): 503, not a bare
+// 500, so clients know to try again.
+var errQueueUnavailable = &apiStatusError{status: http.StatusServiceUnavailable,
+	err: schema.Errorf(schema.CodeInternal, "the queue is not reachable at the moment; try again shortly")}
+
+// queueError is err, or errQueueUnavailable when the queue says it is not
+// ready.
+func (a *API) queueError(err error) error {
+	if rd, ok := a.deadLetters.(interface{ Ready() error }); ok && rd.Ready() != nil {
+		return errQueueUnavailable
+	}
+	return err
+}
+
 // listDeadLetters is GET /v1/dlq[?after=SEQ&limit=N].
 func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request, p *Principal) error {
 	if !p.Admin {
@@ -44,7 +59,7 @@ func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request, p *Princip
 	}
 	dls, err := a.deadLetters.DeadLetters(r.Context(), after, limit)
 	if err != nil {
-		return err
+		return a.queueError(err)
 	}
 	out := DeadLetterList{DeadLetters: dls}
 	if out.DeadLetters == nil {
@@ -74,7 +89,7 @@ func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request, p *Princi
 		if errors.Is(err, queue.ErrDeadLetterNotFound) {
 			return schema.Errorf(schema.CodeNotFound, "no dead letter at sequence %d", seq)
 		}
-		return err
+		return a.queueError(err)
 	}
 	a.writeJSON(w, http.StatusOK, dl)
 	return nil

@@ -43,7 +43,8 @@ type APIError struct {
 }
 
 // apiStatusError answers err's code with a status other than the table's:
-// only 405 (method not allowed, code invalid_request) does.
+// 405 (method not allowed, code invalid_request) and 503 (the queue not
+// reachable, code internal).
 type apiStatusError struct {
 	status int
 	err    error
@@ -72,6 +73,16 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var se *apiStatusError
 	if errors.As(err, &se) {
 		status = se.status
+	}
+	if code == schema.CodeInternal && status == http.StatusServiceUnavailable {
+		// A dependency is away for a while (see errQueueUnavailable).
+		w.Header().Set("Retry-After", "5")
+		msg := "service unavailable"
+		if e := (*schema.Error)(nil); errors.As(err, &e) {
+			msg = e.Message // baton's own words, never a cause's
+		}
+		a.writeErrorBody(w, status, code, msg, nil)
+		return
 	}
 	if code == schema.CodeInternal {
 		a.log.Error("internal error", zap.String("event", "api_internal_error"),

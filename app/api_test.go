@@ -755,3 +755,20 @@ func TestAPIEndWaits(t *testing.T) {
 		t.Fatal("the wait did not end")
 	}
 }
+
+// With the queue away, the dead-letter routes answer 503 with a message and
+// Retry-After, not a bare 500.
+func TestAPIDeadLettersQueueAway(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	if err := env.broker.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, path string }{{"GET", "/v1/dlq"}, {"POST", "/v1/dlq/1/replay"}} {
+		r := env.do(c.method, c.path, env.admin, nil)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), `"code":"internal"`) ||
+			!strings.Contains(string(r.body), "queue is not reachable") || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s with the queue stopped: %d %s", c.method, c.path, r.status, r.body)
+		}
+	}
+}
