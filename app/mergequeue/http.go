@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -117,6 +118,10 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request, owner, repo stri
 	h.write(w, http.StatusOK, AuditLogBody{Repository: owner + "/" + repo, Audit: a})
 }
 
+// reconcileTurnWait is how long POST …/reconcile waits for the repository's
+// lease before answering lease_held.
+const reconcileTurnWait = 5 * time.Second
+
 func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo string) {
 	inst, err := h.q.installationOf(r.Context(), owner, repo)
 	if err != nil {
@@ -127,10 +132,23 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo 
 		h.fail(w, r, schema.Errorf(schema.CodeNotFound, "baton has no merge queue for %s/%s and no installation covers it", owner, repo))
 		return
 	}
-	rep, err := h.q.reconcile(r.Context(), inst, owner, repo, false)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+	// Webhook processing holds the repository's lease for moments at a
+	// time: an operator's reconcile waits for a turn a little while
+	// before answering lease_held.
+	var rep Report
+	for wait := time.Now().Add(reconcileTurnWait); ; {
+		rep, err = h.q.reconcile(r.Context(), inst, owner, repo, false)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if !rep.Skipped || time.Now().After(wait) || r.Context().Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-r.Context().Done():
+		}
 	}
 	if rep.Skipped {
 		h.write(w, http.StatusConflict, errorBody(schema.CodeLeaseHeld, rep.SkipReason, map[string]any{

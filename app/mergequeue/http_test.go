@@ -119,6 +119,15 @@ func TestHTTPRoutes(t *testing.T) {
 	if err := s.coord.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
+	// Held for a moment only (as webhook processing holds it), the
+	// reconcile waits for its turn.
+	if l, err = s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "briefly", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(500*time.Millisecond, func() { _ = s.coord.Release(context.Background(), l) })
+	if a = call(t, srv, "POST", base+"/reconcile", "good"); a.status != 200 || a.body["skipped"] != false {
+		t.Errorf("POST reconcile while the lease is held for a moment: %d %s", a.status, a.raw)
+	}
 
 	for _, c := range []struct {
 		method, path, token string

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	driver "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
 // ErrClosed is returned by Write after Close.
@@ -109,7 +109,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	writer.SetMaxIdleConns(2)
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, writer); err != nil {
+	if err := migrateRetrying(ctx, writer, opts.BusyTimeout); err != nil {
 		writer.Close()
 		return nil, err
 	}
@@ -146,6 +146,29 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	go db.checkpoint()
 	return db, nil
 }
+
+// migrateRetrying runs migrate, again while it fails with SQLITE_BUSY, for
+// up to busyTimeout. Two processes opening a new file at once can get
+// SQLITE_BUSY without SQLite's busy wait (turning the file to WAL needs an
+// exclusive lock, which SQLite does not wait for); migrate is idempotent.
+func migrateRetrying(ctx context.Context, db *sql.DB, busyTimeout time.Duration) error {
+	deadline := time.Now().Add(busyTimeout)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		err := migrate(ctx, db)
+		var se *driver.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// sqliteBusy is SQLITE_BUSY, the primary result code of a locked database.
+const sqliteBusy = 5
 
 func dsn(path string, opts Options, readOnly bool) string {
 	q := url.Values{}

@@ -20,11 +20,23 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	// In a transaction begun IMMEDIATE, like the migrations: a bare
+	// statement would take a read lock first and then fail at once with
+	// SQLITE_BUSY (no busy wait, to avoid a deadlock) when another process
+	// wrote in between.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin creating schema_migrations: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL
 	)`); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("sqlite: create schema_migrations: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: create schema_migrations: %w", err)
 	}
 	for _, m := range migrations {
