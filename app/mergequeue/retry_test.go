@@ -65,7 +65,7 @@ func TestTransientMergeFailureRetried(t *testing.T) {
 		t.Errorf("%d merges applied", n)
 	}
 	// Two tries: the first ran out of attempts on the 500s.
-	if ops := s.mergeOps(t, repo, 1); len(ops) != 2 || ops[1].Status != "failed" || ops[1].LastErrorCategory != "server_error" || ops[0].Status != "succeeded" {
+	if ops := s.settledMergeOps(t, repo, 1); len(ops) != 2 || ops[1].Status != "failed" || ops[1].LastErrorCategory != "server_error" || ops[0].Status != "succeeded" {
 		t.Errorf("merge operations: %d", len(ops))
 	}
 }
@@ -104,8 +104,8 @@ func TestPersistentMergeFailureBouncesThenRequeues(t *testing.T) {
 		t.Errorf("%d bounce comments", len(c))
 	}
 	// Three tries for the first join, all failed on the 500s; one for the
-	// second.
-	ops := s.mergeOps(t, repo, 1)
+	// second (its record is saved just after GitHub merged).
+	ops := s.settledMergeOps(t, repo, 1)
 	var states []string
 	for _, op := range ops {
 		states = append(states, string(op.Status)+"/"+op.LastErrorCategory)
@@ -147,7 +147,7 @@ func TestRefusedMergeRequeuedGetsNewMerge(t *testing.T) {
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments", len(c))
 	}
-	if ops := s.mergeOps(t, repo, 1); len(ops) != 2 || ops[1].Status != "failed" || ops[0].Status != "succeeded" {
+	if ops := s.settledMergeOps(t, repo, 1); len(ops) != 2 || ops[1].Status != "failed" || ops[0].Status != "succeeded" {
 		t.Errorf("merge operations: %d", len(ops))
 	}
 	got := []string{}
@@ -194,4 +194,17 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments: %q", len(c), c)
 	}
+}
+
+// settledMergeOps is mergeOps once the newest is terminal: GitHub merges
+// (and the closed webhook arrives) a moment before the executor saves the
+// operation's outcome.
+func (s *stack) settledMergeOps(t *testing.T, repo string, n int) []schema.Record {
+	t.Helper()
+	var ops []schema.Record
+	waitFor(t, 10*time.Second, "the newest merge operation terminal", func() bool {
+		ops = s.mergeOps(t, repo, n)
+		return len(ops) > 0 && ops[0].Terminal()
+	})
+	return ops
 }
