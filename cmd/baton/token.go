@@ -27,6 +27,9 @@ const tokenDatabaseFile = "baton.db"
 type tokenDataDir struct {
 	dir  string
 	json bool
+	// created is set by open when it made a new database: a mistyped
+	// --data would otherwise go unnoticed.
+	created string
 }
 
 func addTokenDataFlags(cmd *cobra.Command) *tokenDataDir {
@@ -49,6 +52,7 @@ func (d *tokenDataDir) open(ctx context.Context, create bool) (*app.TokenStore, 
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, nil, err
 		}
+		d.created = path
 	}
 	// The server's writer may hold the database's write lock most of the
 	// time under heavy load; wait for a turn longer than a server would.
@@ -127,6 +131,10 @@ operations, manages dead letters, and acts on every installation.`,
 			plain, tok, err := s.CreateToken(cmd.Context(), spec)
 			if err != nil {
 				return err
+			}
+			if d.created != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "baton: created a new database at %s; the token works for a server started with --data %s\n",
+					d.created, filepath.Dir(d.created))
 			}
 			if d.json {
 				return cliPrintJSON(cmd.OutOrStdout(), map[string]any{
