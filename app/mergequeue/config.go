@@ -32,9 +32,14 @@ const (
 
 // Operations is what the queue needs of the executor
 // (*executor.Executor): every GitHub mutation it makes is an operation.
+// Cancel is used on the merge of a pull request that leaves the queue
+// (or whose head moves) before its merge ran: a queued operation is
+// cancelled at once, a running one is asked to stop, and a terminal one
+// is schema.ErrAlreadyTerminal.
 type Operations interface {
 	Submit(ctx context.Context, actor string, s schema.Submission) (schema.Record, bool, error)
 	Get(ctx context.Context, operationID string) (schema.Record, error)
+	Cancel(ctx context.Context, operationID string) (schema.Record, error)
 }
 
 // Leases is what the queue needs of the lease coordinator
@@ -69,8 +74,9 @@ type Config struct {
 	// Leases hands out the repository leases (*coordinator.Coordinator).
 	// Required.
 	Leases Leases
-	// Operations submits the queue's GitHub mutations and reports their
-	// outcome (*executor.Executor). Required.
+	// Operations submits the queue's GitHub mutations, reports their
+	// outcome and cancels the merges of pull requests that left the queue
+	// (*executor.Executor). Required.
 	Operations Operations
 	// GitHub returns the client of an installation, for reads: pull
 	// requests, check runs, statuses, branch protection, permissions

@@ -23,6 +23,9 @@ func (ops) Submit(context.Context, string, schema.Submission) (schema.Record, bo
 func (ops) Get(context.Context, string) (schema.Record, error) {
 	return schema.Record{}, schema.ErrNotFound
 }
+func (ops) Cancel(context.Context, string) (schema.Record, error) {
+	return schema.Record{}, schema.ErrNotFound
+}
 
 func TestConfigIsValidatedInNew(t *testing.T) {
 	t.Parallel()

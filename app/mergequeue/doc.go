@@ -39,7 +39,15 @@
 // have succeeded on the head (check runs: success, neutral or skipped;
 // statuses: success); one failure fails it. A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
-// happens). A bounce posts a comment with the reason, removes the label,
+// happens). A pull request that leaves, or whose head moves, while its
+// merge operation is submitted but not finished has that operation
+// cancelled (Operations.Cancel) in the same run, before the change is
+// committed, so that a crash leaves at worst the entry in the queue with
+// its merge cancelled, which the redelivered event or the next reconcile
+// takes out: a merge that had not started never runs; one already running
+// is asked to stop, and if GitHub merged anyway the merge is recorded
+// (audit merge) when its outcome arrives. The audit row of the leave (or
+// re-evaluation) says the merge was cancelled. A bounce posts a comment with the reason, removes the label,
 // sets a failing status, and leaves the entry as bounced until its label is
 // gone.
 //
@@ -53,8 +61,9 @@
 // may merge; failed because GitHub, or the way to it, failed (server
 // errors, the network, rate limits), a new try is submitted (key suffix
 // ":<try>"), up to three, before the pull request bounces saying GitHub
-// kept failing; refused, the pull request bounces. Either way not if its
-// head moved (it is re-evaluated) or it was merged or closed meanwhile.
+// kept failing; refused, the pull request bounces; cancelled, it bounces
+// unless its label is gone (it leaves). Either way not if its head moved
+// (it is re-evaluated) or it was merged or closed meanwhile.
 // The bounce comment is keyed by the pull request, head and join, so one
 // bounce is one comment whichever trigger makes it. Every queued head
 // carries a pending commit status (Config.StatusContext, "baton/queue")

@@ -2,6 +2,7 @@ package mergequeue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -30,8 +31,10 @@ func (q *Queue) OnOperationFinished(rec schema.Record) {
 	if err != nil {
 		return
 	}
+	var p schema.MergePayload
+	_ = json.Unmarshal(rec.Payload, &p) // no sha: nothing is recorded for a pull request that left
 	q.fin.add(finished{inst: rec.InstallationID, owner: t.Owner, name: t.Repo, pr: t.Number,
-		operationID: rec.OperationID, status: rec.Status})
+		operationID: rec.OperationID, status: rec.Status, sha: p.SHA})
 }
 
 type finished struct {
@@ -40,6 +43,7 @@ type finished struct {
 	pr          int
 	operationID string
 	status      schema.Status
+	sha         string // the head the merge named
 }
 
 // finisher applies finished operations, per repository: one goroutine for
@@ -124,7 +128,12 @@ func (f *finisher) apply(ctx context.Context, op finished) (time.Duration, bool)
 	q := f.q
 	trig := trigger{key: "mergequeue-operation:" + op.operationID, owner: leaseOwner("operation:" + op.operationID),
 		event: "operation", action: "merge_" + string(op.status), pr: op.pr, canonical: true}
-	err := q.withRepo(ctx, op.inst, op.owner, op.name, trig, func(r *run) error { return r.settle() })
+	err := q.withRepo(ctx, op.inst, op.owner, op.name, trig, func(r *run) error {
+		if err := r.mergedAfterLeaving(op); err != nil {
+			return err
+		}
+		return r.settle()
+	})
 	var re *RetryError
 	switch {
 	case err == nil:
@@ -138,4 +147,26 @@ func (f *finisher) apply(ctx context.Context, op finished) (time.Duration, bool)
 		zap.String(logEvent, "mergequeue.outcome_failed"), zap.String(logRepository, op.owner+"/"+op.name),
 		zap.Int(logPR, op.pr), zap.String(logOperationID, op.operationID), zap.Error(err))
 	return 0, true
+}
+
+// mergedAfterLeaving records the merge of a pull request that left the
+// queue while its merge was running: cancelMerge asked the merge to stop,
+// but a call to GitHub in flight is not interrupted, and GitHub merged it.
+// The audit log's newest row of the pull request is then the leave at the
+// merged head; once the merge is recorded it no longer is, so an outcome
+// applied twice records it once. A pull request still in the queue is
+// settle's.
+func (r *run) mergedAfterLeaving(op finished) error {
+	if op.status != schema.StatusSucceeded || op.sha == "" || r.st.id == 0 || r.find(op.pr) != nil {
+		return nil
+	}
+	last, ok, err := lastAudit(r.ctx, r.q.cfg.DB, r.st.id, op.pr)
+	if err != nil || !ok || last.action != AuditLeave || last.sha != op.sha {
+		return err
+	}
+	e := &entry{pr: op.pr, sha: op.sha, mergeOperationID: op.operationID}
+	r.audit(AuditMerge, e.pr, e.sha, "merged by baton: its merge was already running when it left the queue")
+	r.note("#%d merged at %s after it left the queue (its merge was running)", e.pr, shortSHA(e.sha))
+	r.logInfo("pull request merged after it left the queue", "mergequeue.merged", e.pr, zap.String(logOperationID, op.operationID))
+	return r.status(e, "success", "Merged by the merge queue", "merged")
 }

@@ -185,12 +185,24 @@ func (r *run) reconcile(rep *Report) error {
 				if err := r.merged(e, "merged (found by reconcile)"); err != nil {
 					return err
 				}
-			} else {
-				r.remove(e)
-				r.audit(AuditLeave, e.pr, e.sha, "closed (found by reconcile)")
+				continue
 			}
+			fate, err := r.cancelMerge(e)
+			if err != nil {
+				return err
+			}
+			if fate == mergeDone {
+				if err := r.merged(e, "merged by baton before it was closed (found by reconcile)"); err != nil {
+					return err
+				}
+				continue
+			}
+			r.remove(e)
+			r.audit(AuditLeave, e.pr, e.sha, "closed (found by reconcile)"+fate.detail())
 		case !labeled(pr):
-			r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)")
+			if err := r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)"); err != nil {
+				return err
+			}
 			if err := r.leftStatus(e.pr); err != nil {
 				return err
 			}

@@ -258,3 +258,20 @@ func knownRepos(ctx context.Context, db *sqlite.DB) ([]Repository, error) {
 	}
 	return out, rows.Err()
 }
+
+// lastAudit returns the newest audit row of pull request pr in the
+// repository of id repoID; false if it has none (or no row is left).
+func lastAudit(ctx context.Context, db *sqlite.DB, repoID int64, pr int) (auditRow, bool, error) {
+	var a auditRow
+	var at int64
+	err := db.QueryRow(ctx, `SELECT at, action, pr_number, sha, detail FROM mergequeue_audit
+		WHERE repo_id = ? AND pr_number = ? ORDER BY seq DESC LIMIT 1`, repoID, pr).Scan(&at, &a.action, &a.pr, &a.sha, &a.detail)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, false, nil
+	}
+	if err != nil {
+		return a, false, fmt.Errorf("mergequeue: read audit log: %w", err)
+	}
+	a.at = time.UnixMicro(at).UTC()
+	return a, true, nil
+}

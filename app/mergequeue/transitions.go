@@ -3,6 +3,7 @@ package mergequeue
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,9 @@ func (r *run) apply(in *intent) error {
 			return err
 		}
 	case intentLeave:
-		r.leave(in.pr, "label "+r.q.cfg.Label+" removed")
+		if err := r.leave(in.pr, "label "+r.q.cfg.Label+" removed"); err != nil {
+			return err
+		}
 		if err := r.leftStatus(in.pr); err != nil {
 			return err
 		}
@@ -99,8 +102,10 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 }
 
 // leave takes pull request n out of the queue; a pull request not in it
-// is left alone (silent success). A bounced entry is cleared.
-func (r *run) leave(n int, why string) {
+// is left alone (silent success). A bounced entry is cleared. A merge
+// submitted for it that has not run is cancelled (cancelMerge); one that
+// merged already makes it leave as merged.
+func (r *run) leave(n int, why string) error {
 	e := r.find(n)
 	switch {
 	case e == nil:
@@ -109,11 +114,120 @@ func (r *run) leave(n int, why string) {
 		r.remove(e)
 		r.note("#%d bounced entry cleared", n)
 	default:
+		fate, err := r.cancelMerge(e)
+		if err != nil {
+			return err
+		}
+		if fate == mergeDone {
+			return r.merged(e, "merged by baton before it left the queue ("+why+")")
+		}
 		r.remove(e)
+		why += fate.detail()
 		r.audit(AuditLeave, n, e.sha, why)
 		r.note("#%d left (%s)", n, why)
-		r.logInfo("pull request left the queue", "mergequeue.left", n)
+		r.logInfo("pull request left the queue", "mergequeue.left", n, fate.logFields(e)...)
 	}
+	return nil
+}
+
+// mergeFate is what cancelMerge found of an entry's merge.
+type mergeFate int
+
+const (
+	mergeNone            mergeFate = iota // none submitted, or it ended without merging
+	mergeCancelled                        // it had not run: cancelled, it never will
+	mergeCancelRequested                  // running: asked to stop, but a call to GitHub in flight may still merge
+	mergeDone                             // it merged the pull request
+)
+
+// detail is what the audit log adds about the merge to the change that
+// cancelled it.
+func (f mergeFate) detail() string {
+	switch f {
+	case mergeCancelled:
+		return "; its merge was cancelled"
+	case mergeCancelRequested:
+		return "; its running merge was asked to stop"
+	}
+	return ""
+}
+
+func (f mergeFate) logFields(e *entry) []zap.Field {
+	switch f {
+	case mergeCancelled:
+		return []zap.Field{zap.String(logOperationID, e.mergeOperationID), zap.String("merge", "cancelled")}
+	case mergeCancelRequested:
+		return []zap.Field{zap.String(logOperationID, e.mergeOperationID), zap.String("merge", "cancellation_requested")}
+	}
+	return nil
+}
+
+// cancelMerge cancels e's merge operation when e leaves the queue or
+// moves to a new head before the merge ended: the pull request must not
+// be merged at the head it was tested at for a join that is over. Every
+// try of the join at that head is looked at, recorded or not (a run that
+// submitted one may have ended before it recorded it). A queued merge is
+// cancelled at once and never runs; a running one is asked to stop
+// (mergeCancelRequested): a call to GitHub in flight is not interrupted,
+// and if it merges, OnOperationFinished records the merge (mergedAfterLeaving).
+// e.mergeOperationID names the operation cancelMerge acted on.
+//
+// It is called before the run commits e's removal, never after, and a
+// crash between the two is safe: the cancel happened and the state was not
+// written, so e is still in the queue with a cancelled merge. The event is
+// handed over again (the run did not succeed) and takes e out, or the
+// next reconcile does (label gone, pull request closed, head moved); a
+// settle meanwhile treats the cancelled merge of a pull request without
+// the label as a leave (mergeFailed). The other order could crash with e
+// out of the state and its merge alive, and nothing left in the state that
+// names the merge for a reconcile to cancel.
+func (r *run) cancelMerge(e *entry) (mergeFate, error) {
+	if e.status != StatusGatePassed {
+		return mergeNone, nil // no merge is submitted before the gate passed
+	}
+	ids := []string{}
+	if e.mergeOperationID != "" {
+		ids = append(ids, e.mergeOperationID)
+	}
+	for i := 1; i <= mergeTries; i++ {
+		id, err := r.mergeOperationID(e, i)
+		if err != nil {
+			return mergeNone, err
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	fate := mergeNone
+	for _, id := range ids {
+		rec, err := r.q.cfg.Operations.Get(r.ctx, id)
+		if errors.Is(err, schema.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return mergeNone, fmt.Errorf("mergequeue: read merge operation: %w", err)
+		}
+		live := !rec.Terminal()
+		if live {
+			rec, err = r.q.cfg.Operations.Cancel(r.ctx, id)
+			if errors.Is(err, schema.ErrAlreadyTerminal) { // it ended meanwhile: as it ended
+				rec, err = r.q.cfg.Operations.Get(r.ctx, id)
+			}
+			if err != nil {
+				return mergeNone, fmt.Errorf("mergequeue: cancel merge operation: %w", err)
+			}
+		}
+		switch {
+		case rec.Status == schema.StatusSucceeded:
+			e.mergeOperationID = id
+			return mergeDone, nil
+		case !rec.Terminal():
+			fate, e.mergeOperationID = mergeCancelRequested, id
+		case live && rec.Status == schema.StatusCancelled && fate == mergeNone:
+			fate, e.mergeOperationID = mergeCancelled, id
+		}
+	}
+	return fate, nil
 }
 
 // leftStatus replaces the position status of a pull request that left
@@ -143,10 +257,17 @@ func (r *run) closed(n int, merged bool) error {
 	if merged {
 		return r.merged(e, "pull request merged")
 	}
+	fate, err := r.cancelMerge(e)
+	if err != nil {
+		return err
+	}
+	if fate == mergeDone {
+		return r.merged(e, "merged by baton before it was closed")
+	}
 	r.remove(e)
-	r.audit(AuditLeave, n, e.sha, "pull request closed")
-	r.note("#%d left (closed)", n)
-	r.logInfo("closed pull request left the queue", "mergequeue.left", n)
+	r.audit(AuditLeave, n, e.sha, "pull request closed"+fate.detail())
+	r.note("#%d left (closed%s)", n, fate.detail())
+	r.logInfo("closed pull request left the queue", "mergequeue.left", n, fate.logFields(e)...)
 	return nil
 }
 
@@ -182,12 +303,27 @@ func (r *run) moveTo(e *entry, pr *github.PullRequest) error {
 	if head == "" || head == e.sha {
 		return nil
 	}
+	// The merge at the old head must not run: GitHub would refuse it (the
+	// head is not the sha it names) unless the push raced it.
+	fate, err := r.cancelMerge(e)
+	if err != nil {
+		return err
+	}
+	if fate == mergeDone {
+		return r.merged(e, "merged by baton before its head moved")
+	}
+	fields := fate.logFields(e)
+	old := e.sha
 	e.sha, e.base, e.status = head, pr.GetBase().GetRef(), StatusQueued
 	e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
 	e.reevaluatedAt, e.dirty = r.now, true
-	r.audit(AuditReevaluate, e.pr, head, "new head")
-	r.note("#%d re-evaluated at %s", e.pr, shortSHA(head))
-	r.logInfo("pull request re-evaluated at its new head", "mergequeue.reevaluated", e.pr)
+	detail := "new head"
+	if fate != mergeNone {
+		detail += strings.Replace(fate.detail(), "its merge", "its merge at "+shortSHA(old), 1)
+	}
+	r.audit(AuditReevaluate, e.pr, head, detail)
+	r.note("#%d re-evaluated at %s%s", e.pr, shortSHA(head), fate.detail())
+	r.logInfo("pull request re-evaluated at its new head", "mergequeue.reevaluated", e.pr, fields...)
 	return r.evaluate(e)
 }
 
@@ -210,7 +346,9 @@ func (r *run) command(in *intent) error {
 		return err
 	}
 	if in.dequeue {
-		r.leave(in.pr, "/baton dequeue by @"+in.user)
+		if err := r.leave(in.pr, "/baton dequeue by @"+in.user); err != nil {
+			return err
+		}
 		if err := r.leftStatus(in.pr); err != nil {
 			return err
 		}
@@ -441,6 +579,13 @@ func (r *run) mergeFailed(e *entry, rec schema.Record, try int) error {
 		why = string(rec.Status)
 	}
 	switch {
+	case rec.Status == schema.StatusCancelled && !hasLabel(pr, r.q.cfg.Label):
+		// Cancelled as the pull request left the queue (cancelMerge), by
+		// a run that ended before it recorded the leave: it leaves.
+		if err := r.leave(e.pr, "label "+r.q.cfg.Label+" removed; its merge was cancelled"); err != nil {
+			return err
+		}
+		return r.leftStatus(e.pr)
 	case rec.Status == schema.StatusCancelled:
 		return r.bounce(e, "its merge operation was cancelled", "")
 	case transientFailure(rec) && try < mergeTries:
@@ -454,6 +599,11 @@ func (r *run) mergeFailed(e *entry, rec schema.Record, try int) error {
 			"This is not a problem with the pull request: add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue.")
 	}
 	return r.bounce(e, "GitHub refused the merge: "+why, "")
+}
+
+// hasLabel reports whether pr carries label.
+func hasLabel(pr *github.PullRequest, label string) bool {
+	return slices.ContainsFunc(pr.Labels, func(l *github.Label) bool { return strings.EqualFold(l.GetName(), label) })
 }
 
 // positions keeps a pending status on each queued head saying its place:

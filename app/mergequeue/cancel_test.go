@@ -1,0 +1,106 @@
+package mergequeue_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/schema"
+)
+
+// A pull request that leaves the queue (its label removed) or moves to a
+// new head while its merge is submitted but has not run: the merge is
+// cancelled, never runs, and nothing merges once it could have run.
+func TestLeavingCancelsMerge(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	for _, tc := range []struct {
+		name   string
+		leave  func(t *testing.T, repo string)
+		action string // the audit row that says the merge was cancelled
+	}{
+		{"unlabeled", func(t *testing.T, repo string) {
+			if err := s.sim.RemoveLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+				t.Fatal(err)
+			}
+		}, mergequeue.AuditLeave},
+		{"pushed", func(t *testing.T, repo string) {
+			if _, err := s.sim.PushPull("octo", repo, 1, "", "monalisa"); err != nil {
+				t.Fatal(err)
+			}
+		}, mergequeue.AuditReevaluate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			repo := "cancel-" + tc.name
+			s.repo(t, repo, 1, []string{"ci"})
+			sha := s.pull(t, repo, 1).HeadSHA
+
+			// The pull request's resource lease, held: its merge operation
+			// stays queued.
+			res := schema.Resource{Type: schema.ResourcePullRequest, ID: "octo/" + repo + "#1"}
+			lease, err := s.coord.Acquire(ctx, res.Key(), "test-holds-the-merge", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep, stop := s.coord.KeepAlive(ctx, lease)
+			defer stop()
+
+			if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 15*time.Second, "the merge of #1 submitted", func() bool { return len(s.mergeOps(t, repo, 1)) == 1 })
+			if rec := s.mergeOps(t, repo, 1)[0]; rec.Status != schema.StatusQueued {
+				t.Fatalf("merge of #1 before it left: %s", rec.Status)
+			}
+
+			tc.leave(t, repo)
+			waitFor(t, 15*time.Second, "the merge of #1 cancelled", func() bool {
+				return s.mergeOps(t, repo, 1)[0].Status == schema.StatusCancelled
+			})
+			if keep.Err() != nil {
+				t.Fatalf("the lease holding the merge was lost: %v", context.Cause(keep))
+			}
+			stop()
+			if err := s.coord.Release(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+
+			// The merge could run now (the executor retries every 50 ms):
+			// it does not.
+			time.Sleep(time.Second)
+			ops := s.mergeOps(t, repo, 1)
+			if len(ops) != 1 || ops[0].Status != schema.StatusCancelled || len(ops[0].AttemptLog) != 0 {
+				t.Errorf("merge operations of #1: %+v", ops)
+			}
+			if p := s.pull(t, repo, 1); p.Merged || p.State != "open" {
+				t.Errorf("#1 merged (%v) or closed (%s)", p.Merged, p.State)
+			}
+			if m := s.mergeEffects(repo); len(m) != 0 {
+				t.Errorf("merges: %+v", m)
+			}
+			a := s.audit(t, repo)
+			if m := auditOf(a, mergequeue.AuditMerge); len(m) != 0 {
+				t.Errorf("merge audited: %+v", m)
+			}
+			rows := auditOf(a, tc.action)
+			if len(rows) != 1 || !strings.Contains(rows[0].Detail, "was cancelled") {
+				t.Errorf("%s audit rows: %+v", tc.action, rows)
+			}
+			if tc.name == "pushed" {
+				if e, ok := s.entryOf(t, repo, 1); !ok || e.PRSHA == sha || e.Status == mergequeue.StatusGatePassed {
+					t.Errorf("entry of #1 after the push: %+v (in queue %v)", e, ok)
+				}
+			} else if _, ok := s.entryOf(t, repo, 1); ok {
+				t.Errorf("#1 still in the queue")
+			}
+		})
+	}
+}
