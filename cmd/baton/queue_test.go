@@ -55,6 +55,27 @@ func (o *queueOps) Get(_ context.Context, id string) (schema.Record, error) {
 	return schema.Record{}, schema.ErrNotFound
 }
 
+// Cancel cancels a queued operation, as the executor does (the queue
+// cancels the merge of a pull request that leaves it).
+func (o *queueOps) Cancel(_ context.Context, id string) (schema.Record, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, ok := o.ops[id]
+	switch {
+	case !ok:
+		return schema.Record{}, schema.ErrNotFound
+	case r.Terminal():
+		return r, schema.ErrAlreadyTerminal
+	}
+	r.CancellationRequested = true
+	if r.Status == schema.StatusQueued {
+		now := time.Now()
+		r.Status, r.Outcome, r.CompletedAt = schema.StatusCancelled, schema.OutcomeCancelled, &now
+	}
+	o.ops[id] = r
+	return r, nil
+}
+
 // The queue subcommands against the merge queue's HTTP routes: tables,
 // JSON, and the API's errors.
 func TestCLIQueue(t *testing.T) {
