@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
 // EventDispatcherConfig configures an EventDispatcher.
@@ -240,17 +242,7 @@ func (d *EventDispatcher) Stop(ctx context.Context) error {
 		d.cancel()
 	}
 	d.lifeMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		d.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Wait(ctx, &d.wg)
 }
 
 // Replay makes a failed delivery pending again: the handlers that had not

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-github/v62/github"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
@@ -195,17 +196,7 @@ func (in *Installations) Stop(ctx context.Context) error {
 		in.cancel()
 	}
 	in.lifeMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		in.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Wait(ctx, &in.wg)
 }
 
 // InstallationOf returns the installation that covers owner/repo. A

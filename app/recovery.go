@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-github/v62/github"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
 // RecoveryConfig configures the missed-delivery recovery loop.
@@ -152,17 +154,7 @@ func (r *Recovery) Stop(ctx context.Context) error {
 		r.cancel()
 	}
 	r.lifeMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Wait(ctx, &r.wg)
 }
 
 // RecoveryReport says what one pass did.

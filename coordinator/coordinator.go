@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/sqlite"
 )
 
@@ -120,17 +121,7 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 		c.cancel()
 	}
 	c.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		c.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Wait(ctx, &c.wg)
 }
 
 // marginFor returns the safety margin of a lease of the given TTL.

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
 // Queue is the merge queue of every repository baton is installed on. It
@@ -78,17 +80,7 @@ func (q *Queue) Stop(ctx context.Context) error {
 		q.cancel()
 	}
 	q.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		q.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lifecycle.Wait(ctx, &q.wg)
 }
 
 // goBackground runs fn on a goroutine the queue owns, if it runs; it
