@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/schema"
@@ -117,7 +116,7 @@ func (s *Server) authorizeRepository(r *http.Request, owner, repo string) error 
 	}
 	inst, err := s.installs.InstallationOf(r.Context(), owner, repo)
 	if err != nil {
-		if p.Admin && schema.ErrorCode(err) == schema.CodeForbidden && !strings.Contains(err.Error(), "suspended") {
+		if p.Admin && schema.ErrorCode(err) == schema.CodeForbidden && !errors.Is(err, ErrInstallationUnavailable) {
 			return schema.Errorf(schema.CodeNotFound, "baton is not installed on %s/%s", owner, repo)
 		}
 		return err

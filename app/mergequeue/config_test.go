@@ -27,8 +27,10 @@ func (ops) Cancel(context.Context, string) (schema.Record, error) {
 	return schema.Record{}, schema.ErrNotFound
 }
 
-func TestConfigIsValidatedInNew(t *testing.T) {
-	t.Parallel()
+// minimalConfig returns a valid Config of the required fields only, on a
+// new database.
+func minimalConfig(t *testing.T) mergequeue.Config {
+	t.Helper()
 	db, err := sqlite.Open(context.Background(), t.TempDir()+"/baton.db", sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -38,11 +40,14 @@ func TestConfigIsValidatedInNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gh := func(int64) (*github.Client, error) { return github.NewClient(nil), nil }
-	good := func() mergequeue.Config {
-		return mergequeue.Config{DB: db, Leases: coord, Operations: ops{}, GitHub: gh}
-	}
-	if _, err := mergequeue.New(good()); err != nil {
+	return mergequeue.Config{DB: db, Leases: coord, Operations: ops{},
+		GitHub: func(int64) (*github.Client, error) { return github.NewClient(nil), nil }}
+}
+
+func TestConfigIsValidatedInNew(t *testing.T) {
+	t.Parallel()
+	good := minimalConfig(t)
+	if _, err := mergequeue.New(good); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, c := range map[string]struct {
@@ -62,7 +67,7 @@ func TestConfigIsValidatedInNew(t *testing.T) {
 		"interval":          {func(c *mergequeue.Config) { c.ReconcileInterval = time.Millisecond }, "ReconcileInterval"},
 		"concurrency":       {func(c *mergequeue.Config) { c.ReconcileConcurrency = -1 }, "ReconcileConcurrency"},
 	} {
-		cfg := good()
+		cfg := good
 		c.mod(&cfg)
 		if _, err := mergequeue.New(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v", name, err)
@@ -74,17 +79,8 @@ func TestConfigIsValidatedInNew(t *testing.T) {
 // twice; Start after Stop fails.
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(context.Background(), t.TempDir()+"/baton.db", sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	coord, err := coordinator.New(coordinator.Config{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: ops{},
-		GitHub: func(int64) (*github.Client, error) { return github.NewClient(nil), nil }})
+	cfg := minimalConfig(t)
+	q, err := mergequeue.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +91,7 @@ func TestLifecycle(t *testing.T) {
 	if err := q.Start(ctx); err == nil {
 		t.Fatal("Start after Stop")
 	}
-	q2, _ := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: ops{},
-		GitHub: func(int64) (*github.Client, error) { return github.NewClient(nil), nil }})
+	q2, _ := mergequeue.New(cfg)
 	if err := q2.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/baton-dev/baton/schema"
 )
 
 // GitHub's rules for account and repository names, loosely: the queue
@@ -60,7 +63,7 @@ func MergeKey(owner, name string, n int, sha string, joined time.Time, try int) 
 // bounces it, one join at one head gets one comment.
 func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
 	k := "mergequeue:bounce:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + "@" + sha + ":" + strconv.FormatInt(joined.UnixMicro(), 10)
-	if len(k) <= 255 {
+	if len(k) <= schema.MaxIdempotencyKeyChars {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
@@ -76,7 +79,7 @@ func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
 func opKey(trigger string, parts ...string) string {
 	key := trigger + ":mergequeue"
 	tail := strings.Join(parts, ":")
-	if len(key)+1+len(tail) <= 255 {
+	if len(key)+1+len(tail) <= schema.MaxIdempotencyKeyChars {
 		return key + ":" + tail
 	}
 	sum := sha256.Sum256([]byte(tail))
@@ -113,10 +116,8 @@ func truncate(s string, n int) string {
 		return s
 	}
 	cut := n - len("…")
-	for cut > 0 && !utf8RuneStart(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + "…"
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

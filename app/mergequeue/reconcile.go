@@ -155,9 +155,7 @@ func (r *run) reconcile(rep *Report) error {
 	if err != nil {
 		return err
 	}
-	labeled := func(pr *github.PullRequest) bool {
-		return slices.ContainsFunc(pr.Labels, func(l *github.Label) bool { return strings.EqualFold(l.GetName(), r.q.cfg.Label) })
-	}
+	labeled := func(pr *github.PullRequest) bool { return hasLabel(pr, r.q.cfg.Label) }
 	for _, e := range slices.Clone(r.st.entries) {
 		pr := open[e.pr]
 		if e.status == StatusBounced {

@@ -361,10 +361,8 @@ func (r *run) command(in *intent) error {
 	if err != nil || pr == nil {
 		return err
 	}
-	for _, l := range pr.Labels {
-		if strings.EqualFold(l.GetName(), r.q.cfg.Label) {
-			return nil
-		}
+	if hasLabel(pr, r.q.cfg.Label) {
+		return nil
 	}
 	_, err = r.submit(schema.ActionAddLabels, r.issueResource(in.pr), schema.AddLabelsPayload{Labels: []string{r.q.cfg.Label}}, "label", "#"+strconv.Itoa(in.pr))
 	return err
