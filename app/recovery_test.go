@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -31,11 +32,10 @@ func recoveryCounter(t *testing.T, reg *prometheus.Registry, name string) float6
 	return 0
 }
 
-// Five deliveries fail at "GitHub" (baton was unreachable): recovery finds
-// them, has them redelivered, and each is handled once; the deliveries
-// that had succeeded are left alone.
-func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
-	t.Parallel()
+// countingHookEnv is a hookEnv whose one handler, "count", counts how
+// often each delivery is handled; counts returns those counts so far.
+func countingHookEnv(t *testing.T) (e *hookEnv, counts func() map[string]int) {
+	t.Helper()
 	var (
 		mu      sync.Mutex
 		handled = map[string]int{}
@@ -46,7 +46,20 @@ func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
-	e := newHookEnv(t, hookEnvOptions{handlers: map[string]EventHandler{"count": count}})
+	e = newHookEnv(t, hookEnvOptions{handlers: map[string]EventHandler{"count": count}})
+	return e, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(handled)
+	}
+}
+
+// Five deliveries fail at "GitHub" (baton was unreachable): recovery finds
+// them, has them redelivered, and each is handled once; the deliveries
+// that had succeeded are left alone.
+func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
+	t.Parallel()
+	e, counts := countingHookEnv(t)
 	ctx := hookCtx(t)
 	if _, err := e.sim.AddComment("octo", "demo", 10, "before", ""); err != nil {
 		t.Fatal(err)
@@ -111,8 +124,7 @@ func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
 			t.Errorf("a delivery that had succeeded was redelivered: %s", d.GUID)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	handled := counts()
 	for _, guid := range append(failed, succeeded...) {
 		if handled[guid] != 1 {
 			t.Errorf("delivery %s handled %d times", guid, handled[guid])
@@ -128,17 +140,7 @@ func TestRecoveryRedeliversMissedDeliveries(t *testing.T) {
 // redelivered, and is handled once.
 func TestRecoverySkipsDeliveriesInTheLedger(t *testing.T) {
 	t.Parallel()
-	var (
-		mu      sync.Mutex
-		handled = map[string]int{}
-	)
-	count := EventHandlerFunc{On: []string{"*"}, Func: func(_ context.Context, d Delivery) error {
-		mu.Lock()
-		handled[d.ID]++
-		mu.Unlock()
-		return nil
-	}}
-	e := newHookEnv(t, hookEnvOptions{handlers: map[string]EventHandler{"count": count}})
+	e, counts := countingHookEnv(t)
 	ctx := hookCtx(t)
 	e.sim.SetWebhookFault(ghsim.WebhookFault{Count: 2})
 	for _, label := range []string{"a", "b"} {
@@ -175,8 +177,7 @@ func TestRecoverySkipsDeliveriesInTheLedger(t *testing.T) {
 			t.Errorf("the delivery in the ledger was redelivered: %s", d.GUID)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	handled := counts()
 	for _, guid := range []string{known.GUID, missed.GUID} {
 		if handled[guid] != 1 {
 			t.Errorf("delivery %s handled %d times", guid, handled[guid])

@@ -378,7 +378,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			s.onStop(s.recovery.Stop)
 		}
 		s.consumer, err = queue.NewConsumer(s.broker, queue.ConsumerConfig{
-			Handler:     s.handle,
+			Handler:     QueueHandler(s.exec),
 			Concurrency: cfg.Workers,
 			AckWait:     cfg.AckWait,
 			Logger:      s.log,
@@ -466,16 +466,20 @@ func (s *Server) github(ctx context.Context) error {
 	return nil
 }
 
-// handle is the queue's handler: Process, and its result as the queue's.
-func (s *Server) handle(ctx context.Context, id string) queue.Result {
-	r := s.exec.Process(ctx, id)
-	switch r.Kind {
-	case executor.ResultDone:
-		return queue.Done()
-	case executor.ResultRetry:
-		return queue.RetryAfter(r.Delay)
+// QueueHandler is the queue's handler that runs operations on exec:
+// Process, and its result as the queue's. The server's consumer runs it;
+// so can a stack wired by hand (tests, benchmarks).
+func QueueHandler(exec *executor.Executor) queue.Handler {
+	return func(ctx context.Context, id string) queue.Result {
+		r := exec.Process(ctx, id)
+		switch r.Kind {
+		case executor.ResultDone:
+			return queue.Done()
+		case executor.ResultRetry:
+			return queue.RetryAfter(r.Delay)
+		}
+		return queue.Failed(r.Err)
 	}
-	return queue.Failed(r.Err)
 }
 
 // onFinished passes terminal operations to the features that want them.

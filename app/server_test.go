@@ -42,6 +42,24 @@ func startServer(t *testing.T, cfg Config) *Server {
 	return srv
 }
 
+// startDemoSim starts a simulator on its own (as `baton ghsim` runs it),
+// seeded with the demo data and closed when the test ends.
+func startDemoSim(t *testing.T, cfg ghsim.Config) *ghsim.Sim {
+	t.Helper()
+	sim, err := ghsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		t.Fatal(err)
+	}
+	return sim
+}
+
 func cmpString(a, b string) string {
 	if a != "" {
 		return a
@@ -124,17 +142,7 @@ func TestServerDev(t *testing.T) {
 // runs it) authenticates as the App with the credentials ghsim wrote.
 func TestServerAgainstStandaloneSimulator(t *testing.T) {
 	t.Parallel()
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
+	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
 	srv := startServer(t, Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
 		WebhookSecret: sim.WebhookSecret()})
 	sim.SetWebhook(srv.URL()+"/webhooks/github", sim.WebhookSecret())
@@ -199,17 +207,7 @@ func TestServerWithoutAppServesSetup(t *testing.T) {
 func TestServerSetupThenRestart(t *testing.T) {
 	t.Parallel()
 	ctx := hookCtx(t)
-	sim, err := ghsim.New(ghsim.Config{PrivateKey: hookAppKey(), Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
+	sim := startDemoSim(t, ghsim.Config{PrivateKey: hookAppKey(), Limits: ghsim.Limits{PrimaryLimit: -1}})
 	// The manifest's webhook URL is the public URL: both servers listen on
 	// the same address, so the App's webhooks reach whichever runs.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -67,17 +67,7 @@ func newSetupEnv(t *testing.T, cfg SetupConfig, onConfigured error) *setupEnv {
 		e.dataDir = filepath.Join(t.TempDir(), "data")
 	}
 	t.Cleanup(e.tr.CloseIdleConnections)
-	sim, err := ghsim.New(ghsim.Config{PrivateKey: hookAppKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
+	sim := startDemoSim(t, ghsim.Config{PrivateKey: hookAppKey()})
 	e.sim = sim
 	var h http.Handler = http.NotFoundHandler()
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
@@ -93,6 +83,7 @@ func newSetupEnv(t *testing.T, cfg SetupConfig, onConfigured error) *setupEnv {
 		e.configured = append(e.configured, c)
 		return onConfigured
 	}
+	var err error
 	if e.setup, err = NewSetup(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package ghsim
 
 import (
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -200,19 +199,6 @@ func TestStopIsSafe(t *testing.T) {
 	if err := s.Start(ctx(t)); err == nil {
 		t.Error("Start after Stop succeeded")
 	}
-}
-
-// adminRaw calls the admin API and returns the status and raw body.
-func (e *env) adminRaw(method, path, body string) (int, string) {
-	e.t.Helper()
-	req, _ := http.NewRequest(method, e.sim.URL()+path, strings.NewReader(body))
-	resp, err := (&http.Client{Transport: e.tr}).Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // POST /_ghsim/repos answers 201 for a new repository, 200 when it moves

@@ -124,24 +124,31 @@ func (e *env) gh(rt http.RoundTripper) *github.Client {
 // admin calls the admin API and decodes its answer into out (if not nil).
 func (e *env) admin(method, path string, in, out any) int {
 	e.t.Helper()
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, _ := json.Marshal(in)
-		body = strings.NewReader(string(b))
+		body, _ = json.Marshal(in)
 	}
-	req, _ := http.NewRequest(method, e.sim.URL()+path, body)
+	status, b := e.adminRaw(method, path, string(body))
+	if out != nil && status < 300 {
+		if err := json.Unmarshal([]byte(b), out); err != nil {
+			e.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return status
+}
+
+// adminRaw calls the admin API with a raw body and returns the status and
+// the raw answer.
+func (e *env) adminRaw(method, path, body string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.sim.URL()+path, strings.NewReader(body))
 	resp, err := (&http.Client{Transport: e.tr}).Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			e.t.Fatalf("%s %s: %v: %s", method, path, err, b)
-		}
-	}
-	return resp.StatusCode
+	return resp.StatusCode, string(b)
 }
 
 func ctx(t *testing.T) context.Context {

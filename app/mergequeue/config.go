@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-github/v62/github"
 	"github.com/prometheus/client_golang/prometheus"
@@ -209,7 +210,7 @@ func CheckSettings(label string, requiredChecks []string, mergeMethod string) er
 
 func checkSettings(label string, requiredChecks []string, mergeMethod, statusContext string) error {
 	var errs []error
-	if len(label) > 50 {
+	if utf8.RuneCountInString(label) > 50 {
 		errs = append(errs, fmt.Errorf("want a Label of at most GitHub's 50 characters, not %q", label))
 	}
 	for _, rc := range requiredChecks {

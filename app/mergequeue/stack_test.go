@@ -160,17 +160,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 
 	must(s.exec.Start(ctx))
 	stops = append(stops, s.exec.Stop)
-	cons, err := queue.NewConsumer(broker, queue.ConsumerConfig{Concurrency: 32, Logger: log,
-		Handler: func(ctx context.Context, id string) queue.Result {
-			r := s.exec.Process(ctx, id)
-			switch r.Kind {
-			case executor.ResultDone:
-				return queue.Done()
-			case executor.ResultRetry:
-				return queue.RetryAfter(r.Delay)
-			}
-			return queue.Failed(r.Err)
-		}})
+	cons, err := queue.NewConsumer(broker, queue.ConsumerConfig{Concurrency: 32, Logger: log, Handler: app.QueueHandler(s.exec)})
 	must(err)
 	if !o.noWorkers {
 		must(cons.Start(ctx))

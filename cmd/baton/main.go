@@ -50,14 +50,8 @@ and reports what became of it.`,
 	}
 	// Bad usage of the root (an unknown command or flag) exits 2, as the
 	// subcommands' usage errors do.
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
-	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
-	root.Args = func(cmd *cobra.Command, args []string) error {
-		if err := cobra.NoArgs(cmd, args); err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("unknown command %q (see baton --help)", args[0])}
-		}
-		return nil
-	}
+	cliUsageErrors(root)
+	cliGroup(root)
 	return root
 }
 

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -261,17 +260,11 @@ func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
 	if mq.Label == "" {
 		return mq, errors.New("--merge-queue-label must not be empty")
 	}
-	if n := utf8.RuneCountInString(mq.Label); n > 50 {
-		return mq, fmt.Errorf("--merge-queue-label must be at most 50 characters (GitHub's limit), not %d", n)
-	}
 	if strings.TrimSpace(o.mqChecks) != "" {
 		for _, c := range strings.Split(o.mqChecks, ",") {
 			c = strings.TrimSpace(c)
-			switch c {
-			case "":
+			if c == "" {
 				return mq, fmt.Errorf("--merge-queue-checks has an empty check name in %q (give names separated by commas)", o.mqChecks)
-			case mergequeue.DefaultStatusContext:
-				return mq, fmt.Errorf("--merge-queue-checks must not list %q: it is the merge queue's own status", c)
 			}
 			if !slices.Contains(mq.RequiredChecks, c) {
 				mq.RequiredChecks = append(mq.RequiredChecks, c)
