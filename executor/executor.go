@@ -111,7 +111,7 @@ type Executor struct {
 	marks      *marker
 	pauses     *pauses
 	pacer      *pacer
-	cancels    cancelWatch
+	cancels    signals
 	nudger     Nudger
 	turns      turnstile
 	metrics    *metrics

@@ -100,10 +100,10 @@ func operationIDAsIs(rec *schema.Record) string {
 }
 
 // hashAsIs is IdempotencyHash for a record whose payload bytes are already
-// canonical, as they are in a record read back from the store: it hashes
-// the canonical envelope around the payload without canonicalising the
-// payload again, which for a large payload costs a hundred times more than
-// the hash (see BenchmarkCheckIdentity). Any payload whose bytes are not
+// canonical, as they are in a record NewRecord builds or one read back
+// from the store: it hashes the canonical envelope around the payload
+// without canonicalising the payload again, which for a large payload costs
+// tens of times more than the hash (see BenchmarkCheckIdentity). Any payload whose bytes are not
 // canonical hashes differently, and checkIdentity then takes the full
 // path. A match cannot be forged: the envelope's strings are single JSON
 // string tokens and the payload one JSON object, so bytes equal to the

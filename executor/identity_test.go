@@ -146,8 +146,13 @@ func TestHashAsIs(t *testing.T) {
 		if got := operationIDAsIs(rec); got != "566c82f0f50c5505326f0276d5a9de507000b8529cbd5c565554b6de903ea904" {
 			t.Errorf("operationIDAsIs = %s", got)
 		}
-		if got := hashAsIs(rec); got != rec.IdempotencyHash {
-			t.Errorf("hashAsIs(%q) = %s, want %s", body, got, rec.IdempotencyHash)
+		// NewRecord hashes with hashAsIs too: compare with the full path.
+		want, err := IdempotencyHash(rec.Actor, rec.Action, rec.Resource, json.RawMessage(`{"body":`+mustJSON(body)+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hashAsIs(rec); got != want || rec.IdempotencyHash != want {
+			t.Errorf("hashAsIs(%q) = %s and NewRecord's hash %s, want %s", body, got, rec.IdempotencyHash, want)
 		}
 		if body == "hi" && rec.IdempotencyHash != "4a17cc3d00a561d917d50f9beee02a4d54632795538c8ab4024011c4facb8d09" {
 			t.Errorf("idempotencyHash = %s", rec.IdempotencyHash)

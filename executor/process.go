@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/google/go-github/v62/github"
@@ -79,40 +78,6 @@ type RecordWriter interface {
 // suspended): the operation fails with category installation_unavailable.
 type InstallationResolver interface {
 	InstallationOf(ctx context.Context, owner, repo string) (int64, error)
-}
-
-// cancelWatch lets Cancel wake the Process of the same operation at once
-// when both run in this process; other processes see the flag at the next
-// boundary or poll.
-type cancelWatch struct {
-	mu sync.Mutex
-	m  map[string]chan struct{}
-}
-
-func (w *cancelWatch) watch(id string) (<-chan struct{}, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = make(map[string]chan struct{})
-	}
-	ch := make(chan struct{})
-	w.m[id] = ch
-	return ch, func() {
-		w.mu.Lock()
-		if w.m[id] == ch {
-			delete(w.m, id)
-		}
-		w.mu.Unlock()
-	}
-}
-
-func (w *cancelWatch) notify(id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ch, ok := w.m[id]; ok {
-		close(ch)
-		delete(w.m, id)
-	}
 }
 
 // Process carries out one operation: the queue's handler. It loads the

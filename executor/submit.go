@@ -32,26 +32,30 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 	if err != nil {
 		return nil, err
 	}
-	hash, err := IdempotencyHash(actor, s.Action, s.Resource, payload)
-	if err != nil {
-		return nil, err
-	}
 	now = now.UTC()
-	return &schema.Record{
-		OperationID:     id,
-		IdempotencyHash: hash,
-		IdempotencyKey:  s.IdempotencyKey,
-		Actor:           actor,
-		Action:          s.Action,
-		Resource:        s.Resource,
-		Payload:         payload,
-		CorrelationID:   s.CorrelationID,
-		InstallationID:  s.InstallationID,
-		Status:          schema.StatusQueued,
-		MaxAttempts:     cmpOr(s.MaxAttempts, schema.DefaultMaxAttempts),
-		CreatedAt:       now,
-		UpdatedAt:       now,
-	}, nil
+	rec := &schema.Record{
+		OperationID:    id,
+		IdempotencyKey: s.IdempotencyKey,
+		Actor:          actor,
+		Action:         s.Action,
+		Resource:       s.Resource,
+		Payload:        payload,
+		CorrelationID:  s.CorrelationID,
+		InstallationID: s.InstallationID,
+		Status:         schema.StatusQueued,
+		MaxAttempts:    cmpOr(s.MaxAttempts, schema.DefaultMaxAttempts),
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}
+	// The payload is canonical already: hash it as is rather than have
+	// IdempotencyHash canonicalise it a second time (the same hash; see
+	// hashAsIs).
+	if rec.IdempotencyHash = hashAsIs(rec); rec.IdempotencyHash == "" {
+		if rec.IdempotencyHash, err = IdempotencyHash(actor, s.Action, s.Resource, payload); err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
 }
 
 func cmpOr(v, def int) int {

@@ -15,41 +15,69 @@ type Nudger interface {
 	Nudge(ctx context.Context, operationID string) error
 }
 
+// signals hands out, by key, channels that are closed when the key is
+// notified. Cancel uses it to wake the Process of the same operation at
+// once when both run in this process (other processes see the flag at the
+// next boundary or poll); the turnstile to wake the operations waiting for
+// a resource.
+type signals struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// watch gives key a new channel, in place of any it had, and returns it
+// with a function that removes it unless it has been replaced.
+func (w *signals) watch(key string) (<-chan struct{}, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[string]chan struct{})
+	}
+	ch := make(chan struct{})
+	w.m[key] = ch
+	return ch, func() {
+		w.mu.Lock()
+		if w.m[key] == ch {
+			delete(w.m, key)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// notify closes key's channel, if it has one, and removes it.
+func (w *signals) notify(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.m[key]; ok {
+		close(ch)
+		delete(w.m, key)
+	}
+}
+
+// lookup returns key's channel, if it has one.
+func (w *signals) lookup(key string) (<-chan struct{}, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.m[key]
+	return ch, ok
+}
+
 // turnstile knows which resources an operation of this process holds, so
 // that the next operation on one of them can wait for it in memory (it
 // usually finishes within milliseconds) instead of going back to the queue
 // and waiting out a delay.
-type turnstile struct {
-	mu   sync.Mutex
-	held map[string]chan struct{}
-}
+type turnstile struct{ held signals }
 
 // enter records that key is held here; leave must follow.
-func (t *turnstile) enter(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.held == nil {
-		t.held = make(map[string]chan struct{})
-	}
-	t.held[key] = make(chan struct{})
-}
+func (t *turnstile) enter(key string) { t.held.watch(key) }
 
 // leave records that key is no longer held here and wakes its waiters.
-func (t *turnstile) leave(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ch, ok := t.held[key]; ok {
-		close(ch)
-		delete(t.held, key)
-	}
-}
+func (t *turnstile) leave(key string) { t.held.notify(key) }
 
 // wait waits, at most d, for key to be left if it is held here. It
 // reports whether it was held here and has been left.
 func (t *turnstile) wait(ctx context.Context, key string, d time.Duration) bool {
-	t.mu.Lock()
-	ch, ok := t.held[key]
-	t.mu.Unlock()
+	ch, ok := t.held.lookup(key)
 	if !ok {
 		return false
 	}
