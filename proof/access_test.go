@@ -71,7 +71,7 @@ type accessEnv struct {
 
 func newAccessEnv(t *testing.T) *accessEnv {
 	ctx := context.Background()
-	p := newInProcess(t, nil)
+	p := newInProcess(t)
 	e := &accessEnv{p: p, ops: map[string]string{}, leases: map[string]client.LeaseGrant{}}
 	e.tokens = map[string]string{
 		noToken:  "",

@@ -3,12 +3,10 @@ package proof
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
@@ -124,7 +123,7 @@ func (h *hostileResult) String() string {
 func TestHostileRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := newInProcess(t, nil)
+	p := newInProcess(t)
 	secret := p.sim.WebhookSecret()
 
 	// State worth attacking: an operation that ran, an operation waiting,
@@ -162,7 +161,7 @@ func TestHostileRequests(t *testing.T) {
 		req, _ := http.NewRequest("POST", p.srv.URL()+"/webhooks/github", bytes.NewReader(body))
 		req.Header.Set("X-GitHub-Event", "ping")
 		req.Header.Set("X-GitHub-Delivery", id)
-		req.Header.Set("X-Hub-Signature-256", sign(secret, body))
+		req.Header.Set("X-Hub-Signature-256", ghsim.SignPayload(secret, body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -199,32 +198,23 @@ func TestHostileRequests(t *testing.T) {
 	hooks, apis := &hostileResult{byCode: map[int]int{}}, &hostileResult{byCode: map[int]int{}}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	// fire sends req once the flood starts and tallies the answer in into.
+	fire := func(req *http.Request, into *hostileResult) {
+		<-start
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			into.add(0, err, 0)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		into.add(resp.StatusCode, nil, time.Since(t0))
+	}
 	for i := range 1000 {
+		wg.Go(func() { fire(badDelivery(p.srv.URL(), secret, i), hooks) })
 		wg.Go(func() {
-			req := badDelivery(p.srv.URL(), secret, i)
-			<-start
-			t0 := time.Now()
-			resp, err := hc.Do(req)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				hooks.add(resp.StatusCode, nil, time.Since(t0))
-				return
-			}
-			hooks.add(0, err, 0)
-		})
-		wg.Go(func() {
-			req := badAPIRequest(p.srv.URL(), i, aliceTok, revokedTok, ran.OperationID, lease)
-			<-start
-			t0 := time.Now()
-			resp, err := hc.Do(req)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				apis.add(resp.StatusCode, nil, time.Since(t0))
-				return
-			}
-			apis.add(0, err, 0)
+			fire(badAPIRequest(p.srv.URL(), i, aliceTok, revokedTok, ran.OperationID, lease), apis)
 		})
 	}
 	flood := time.Now()
@@ -279,12 +269,6 @@ func TestHostileRequests(t *testing.T) {
 		took.Round(time.Millisecond), hooks, apis, submitTook.Round(time.Millisecond), hookTook.Round(time.Millisecond))
 }
 
-func sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
 // badDelivery is the i-th forged delivery: a plausible event whose
 // signature is missing, malformed, made with another secret, made for
 // another body, or cut short.
@@ -300,19 +284,19 @@ func badDelivery(base, secret string, i int) *http.Request {
 	case 1:
 		sig = "sha1=" + strings.Repeat("ab", 20)
 	case 2:
-		sig = sign("not the secret", body)
+		sig = ghsim.SignPayload("not the secret", body)
 	case 3:
-		sig = sign(secret, append([]byte(nil), body[:len(body)-1]...)) // another body
+		sig = ghsim.SignPayload(secret, append([]byte(nil), body[:len(body)-1]...)) // another body
 	case 4:
-		sig = sign(secret, body)[:40] // cut short
+		sig = ghsim.SignPayload(secret, body)[:40] // cut short
 	case 5:
-		sig = sign("", body)
+		sig = ghsim.SignPayload("", body)
 	case 6:
-		sig = strings.ToUpper(sign("not the secret either", body))
+		sig = strings.ToUpper(ghsim.SignPayload("not the secret either", body))
 	case 7:
 		tampered := append([]byte(nil), body...)
 		tampered[len(tampered)-2] ^= 1
-		sig = sign(secret, tampered)
+		sig = ghsim.SignPayload(secret, tampered)
 	}
 	req, _ := http.NewRequest("POST", base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -24,7 +24,7 @@ type inProcess struct {
 	tokens *app.TokenStore
 }
 
-func newInProcess(t *testing.T, mod func(*app.Config)) *inProcess {
+func newInProcess(t *testing.T) *inProcess {
 	t.Helper()
 	ctx := context.Background()
 	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
@@ -49,9 +49,6 @@ func newInProcess(t *testing.T, mod func(*app.Config)) *inProcess {
 		WebhookSecret: sim.WebhookSecret(),
 		Pacing:        &off,
 		Logger:        zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-	}
-	if mod != nil {
-		mod(&cfg)
 	}
 	srv, err := app.NewServer(cfg)
 	if err != nil {

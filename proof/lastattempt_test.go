@@ -16,17 +16,17 @@ import (
 
 // The crash test found this: an operation whose last attempt was applied
 // by GitHub but whose answer was lost (the connection dropped after the
-// effect) must be checked before it is given up. The first two attempts
-// are answered 500 without being applied; the third is applied and its
-// connection dropped. The record must say succeeded — GitHub has the
+// effect) must be checked before it is given up. Every attempt but the
+// last (schema.DefaultMaxAttempts) is answered 500 without being applied;
+// the last is applied and its connection dropped. The record must say succeeded — GitHub has the
 // comment — and the comment must be there once.
 func TestLastAttemptAppliedButAnswerLost(t *testing.T) {
 	t.Parallel()
-	p := newInProcess(t, nil)
+	p := newInProcess(t)
 	ctx := context.Background()
 	route := "POST /repos/{owner}/{repo}/issues/{number}/comments"
 	for _, f := range []ghsim.Fault{
-		{Route: route, Kind: ghsim.FaultStatus, Status: http.StatusInternalServerError, Count: 2},
+		{Route: route, Kind: ghsim.FaultStatus, Status: http.StatusInternalServerError, Count: schema.DefaultMaxAttempts - 1},
 		{Route: route, Kind: ghsim.FaultDropAfter, Count: 1},
 	} {
 		if _, err := p.sim.SetFault(f); err != nil {

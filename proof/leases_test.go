@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/internal/sqlite"
 )
 
 // TestLeaseCheckReadsEveryLease: the runs' "no lease left held" check
@@ -18,11 +19,15 @@ import (
 // and a released one is not.
 func TestLeaseCheckReadsEveryLease(t *testing.T) {
 	ctx := context.Background()
-	p := newInProcess(t, nil)
+	p := newInProcess(t)
 	c := p.client(t, p.token(t, app.TokenSpec{Actor: "alice", Installations: []int64{1}}))
-	dbPath := filepath.Join(p.dir, app.DatabaseFile)
+	db, err := sqlite.Open(ctx, filepath.Join(p.dir, app.DatabaseFile), sqlite.Options{ReadConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 
-	held, expired, err := leasesInDatabase(ctx, dbPath)
+	held, expired, err := leasesInDatabase(ctx, db)
 	if err != nil || len(held) != 0 || expired != 0 {
 		t.Fatalf("before any lease: held %v, expired %d, err %v", held, expired, err)
 	}
@@ -35,7 +40,7 @@ func TestLeaseCheckReadsEveryLease(t *testing.T) {
 		}
 		grants = append(grants, g)
 	}
-	held, _, err = leasesInDatabase(ctx, dbPath)
+	held, _, err = leasesInDatabase(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +53,7 @@ func TestLeaseCheckReadsEveryLease(t *testing.T) {
 	if err := c.ReleaseLease(ctx, keys[0], "job", grants[0].Token); err != nil {
 		t.Fatal(err)
 	}
-	held, _, err = leasesInDatabase(ctx, dbPath)
+	held, _, err = leasesInDatabase(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

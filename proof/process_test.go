@@ -223,10 +223,14 @@ func (p *batonProcess) problems() []string {
 	p.mu.Lock()
 	out := append([]string(nil), p.unwanted...)
 	p.mu.Unlock()
-	if b, err := os.ReadFile(p.logPath); err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return out
+	}
+	if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
 		out = append(out, "the race detector reported a data race in baton (see "+p.logPath+")")
 	}
-	if b, err := os.ReadFile(p.logPath); err == nil && bytes.Contains(b, []byte("panic: ")) {
+	if bytes.Contains(b, []byte("panic: ")) {
 		out = append(out, "baton panicked (see "+p.logPath+")")
 	}
 	return out

@@ -71,7 +71,7 @@ func effectKind(e ghsim.Effect) string {
 
 // verify checks what happened, on GitHub and in baton, once the server
 // has settled.
-func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Client, ops []*plannedOp, sub *submitter, dbPath string) *findings {
+func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Client, ops []*plannedOp, sub *submitter, db *sqlite.DB) *findings {
 	f := &findings{outcomes: map[string]map[string]int{}, failedCategories: map[string]int{}, faults: map[ghsim.FaultKind]int{}}
 
 	// Every operation answered 201 or 200 exists and is terminal.
@@ -364,7 +364,7 @@ func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Clie
 
 	// No lease left held — of any key, not only the workload's —, nothing
 	// dead-lettered.
-	held, expired, err := leasesInDatabase(ctx, dbPath)
+	held, expired, err := leasesInDatabase(ctx, db)
 	if err != nil {
 		f.violate("leases: %v", err)
 	}
@@ -388,16 +388,11 @@ func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Clie
 	return f
 }
 
-// leasesInDatabase reads every row of baton's leases table (the file at
-// dbPath, while the server runs: SQLite lets another process read it) and
-// returns the leases still held — not yet expired — and how many rows
-// have expired.
-func leasesInDatabase(ctx context.Context, dbPath string) (held []string, expired int, err error) {
-	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{ReadConns: 1})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer db.Close()
+// leasesInDatabase reads every row of baton's leases table (db is baton's
+// database file, opened by the test while the server runs: SQLite lets
+// another process read it) and returns the leases still held — not yet
+// expired — and how many rows have expired.
+func leasesInDatabase(ctx context.Context, db *sqlite.DB) (held []string, expired int, err error) {
 	rows, err := db.Query(ctx, `SELECT key, owner, expires_at FROM leases ORDER BY key`)
 	if err != nil {
 		return nil, 0, err

@@ -149,9 +149,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	latMu.Unlock()
 	reportRate(b)
 	lat.report(b)
-	if after := db.Stats(); after.Transactions > before.Transactions {
-		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
-	}
+	reportWritesPerTxn(b, db, before)
 }
 
 // stopWithin stops a service, waiting at most 30 seconds.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/sqlite"
 )
 
 // latencies collects the latency of each op; goroutines keep their own
@@ -42,6 +44,33 @@ func percentileMs(sorted []time.Duration, p float64) float64 {
 func reportRate(b *testing.B) {
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "ops/s")
+	}
+}
+
+// sequential runs op(i) for i in [0, b.N) one after the other, timing
+// each, and reports the rate and the latencies. It resets the timer.
+func sequential(b *testing.B, op func(i int) error) {
+	var lat latencies
+	local := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := op(i); err != nil {
+			fatalf(b, "%v", err)
+		}
+		local = append(local, time.Since(t0))
+	}
+	b.StopTimer()
+	lat.add(local)
+	reportRate(b)
+	lat.report(b)
+}
+
+// reportWritesPerTxn reports the mean group-commit batch of db's writer
+// since before.
+func reportWritesPerTxn(b *testing.B, db *sqlite.DB, before sqlite.Stats) {
+	if after := db.Stats(); after.Transactions > before.Transactions {
+		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
 	}
 }
 

@@ -73,7 +73,5 @@ func leasePairs(b *testing.B, holders int, key func(g int) string) {
 	if holders > 1 && key(0) == key(1) {
 		b.ReportMetric(float64(held.Load())/float64(b.N), "held/pair")
 	}
-	if after := db.Stats(); after.Transactions > before.Transactions {
-		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
-	}
+	reportWritesPerTxn(b, db, before)
 }

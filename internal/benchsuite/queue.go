@@ -37,20 +37,12 @@ func QueuePublish(b *testing.B) {
 	br := startBroker(b)
 	ctx := context.Background()
 	run := runID()
-	var lat latencies
-	local := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		t0 := time.Now()
+	sequential(b, func(i int) error {
 		if err := br.Dispatch(ctx, fmt.Sprintf("pub-%s-%d", run, i)); err != nil {
-			fatalf(b, "dispatch: %v", err)
+			return fmt.Errorf("dispatch: %w", err)
 		}
-		local = append(local, time.Since(t0))
-	}
-	b.StopTimer()
-	lat.add(local)
-	reportRate(b)
-	lat.report(b)
+		return nil
+	})
 }
 
 // QueueEndToEnd measures messages through JetStream: 32 goroutines publish

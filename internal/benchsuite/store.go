@@ -42,24 +42,16 @@ func newRecord(run string, i int64) (*schema.Record, error) {
 func StoreCreate(b *testing.B) {
 	store := executor.NewSQLiteStore(openDB(b), nil)
 	ctx := context.Background()
-	var lat latencies
-	local := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
+	sequential(b, func(i int) error {
 		rec, err := newRecord("seq", int64(i))
 		if err != nil {
-			fatalf(b, "%v", err)
+			return err
 		}
-		t0 := time.Now()
 		if _, _, err := store.Create(ctx, rec); err != nil {
-			fatalf(b, "create: %v", err)
+			return fmt.Errorf("create: %w", err)
 		}
-		local = append(local, time.Since(t0))
-	}
-	b.StopTimer()
-	lat.add(local)
-	reportRate(b)
-	lat.report(b)
+		return nil
+	})
 }
 
 // StoreCreateConcurrent measures durable Creates from 32 concurrent
@@ -82,9 +74,7 @@ func StoreCreateConcurrent(b *testing.B) {
 	b.StopTimer()
 	reportRate(b)
 	lat.report(b)
-	if after := db.Stats(); after.Transactions > before.Transactions {
-		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
-	}
+	reportWritesPerTxn(b, db, before)
 }
 
 // seed creates n records and returns their IDs.
@@ -141,19 +131,11 @@ func StoreList(b *testing.B) {
 	store := executor.NewSQLiteStore(openDB(b), nil)
 	seed(b, store, 1000)
 	ctx := context.Background()
-	var lat latencies
-	local := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
+	sequential(b, func(int) error {
 		recs, _, err := store.List(ctx, executor.ListFilter{Actor: "bench", Limit: 50})
 		if err != nil || len(recs) != 50 {
-			fatalf(b, "list: %d records, %v", len(recs), err)
+			return fmt.Errorf("list: %d records, %v", len(recs), err)
 		}
-		local = append(local, time.Since(t0))
-	}
-	b.StopTimer()
-	lat.add(local)
-	reportRate(b)
-	lat.report(b)
+		return nil
+	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 	driver "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrClosed is returned by Write after Close.
@@ -156,7 +157,7 @@ func migrateRetrying(ctx context.Context, db *sql.DB, busyTimeout time.Duration)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		err := migrate(ctx, db)
 		var se *driver.Error
-		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqliteBusy || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -166,9 +167,6 @@ func migrateRetrying(ctx context.Context, db *sql.DB, busyTimeout time.Duration)
 		}
 	}
 }
-
-// sqliteBusy is SQLITE_BUSY, the primary result code of a locked database.
-const sqliteBusy = 5
 
 func dsn(path string, opts Options, readOnly bool) string {
 	q := url.Values{}
@@ -358,7 +356,6 @@ func (db *DB) commit(batch []*request) {
 	}
 	t1 := time.Now()
 	db.runNanos.Add(int64(t1.Sub(t0)))
-	defer func() { db.commitNanos.Add(int64(time.Since(t1))) }()
 	if single && errs[0] != nil || !ran {
 		_ = tx.Rollback()
 	} else if cerr := tx.Commit(); cerr != nil {
@@ -370,6 +367,7 @@ func (db *DB) commit(batch []*request) {
 			}
 		}
 	}
+	db.commitNanos.Add(int64(time.Since(t1)))
 	for i, r := range batch {
 		r.done <- errs[i]
 	}
