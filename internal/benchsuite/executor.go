@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/executor"
@@ -100,16 +101,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	b.Cleanup(func() { stopWithin(exec.Stop) })
 	cons, err := queue.NewConsumer(br, queue.ConsumerConfig{
 		Concurrency: 32,
-		Handler: func(ctx context.Context, id string) queue.Result {
-			r := exec.Process(ctx, id)
-			switch r.Kind {
-			case executor.ResultDone:
-				return queue.Done()
-			case executor.ResultRetry:
-				return queue.RetryAfter(r.Delay)
-			}
-			return queue.Failed(r.Err)
-		},
+		Handler:     app.QueueHandler(exec),
 	})
 	if err != nil {
 		fatalf(b, "%v", err)
