@@ -487,7 +487,7 @@ func runBenchSuite(o *benchOptions, stdout, stderr io.Writer) error {
 	rep := BenchSuiteReport{Machine: benchsuite.Machine(), Benchtime: o.benchtime, LoadBefore: benchLoadAverage()}
 	results, err := benchsuite.Run(opts)
 	if err != nil {
-		if strings.Contains(err.Error(), "benchtime") || strings.Contains(err.Error(), "filter") {
+		if oe := (*benchsuite.OptionsError)(nil); errors.As(err, &oe) {
 			return cliUsage(err)
 		}
 		return err

@@ -83,6 +83,14 @@ type Options struct {
 
 var runMu sync.Mutex
 
+// OptionsError is Run's error when its Options cannot run (a benchtime
+// the testing package refuses, a filter no benchmark matches): the
+// caller's mistake, not the suite's.
+type OptionsError struct{ Err error }
+
+func (e *OptionsError) Error() string { return e.Err.Error() }
+func (e *OptionsError) Unwrap() error { return e.Err }
+
 // Run runs the selected benchmarks one after the other with
 // testing.Benchmark and returns their results. A benchmark that fails has
 // its Err set; the others still run.
@@ -96,7 +104,7 @@ func Run(opts Options) ([]Result, error) {
 	}
 	prev := f.Value.String()
 	if err := f.Value.Set(cmpOr(opts.Benchtime, "1s")); err != nil {
-		return nil, fmt.Errorf("benchtime %q: %w", opts.Benchtime, err)
+		return nil, &OptionsError{fmt.Errorf("benchtime %q: %w", opts.Benchtime, err)}
 	}
 	defer func() { _ = f.Value.Set(prev) }()
 	var out []Result
@@ -110,7 +118,7 @@ func Run(opts Options) ([]Result, error) {
 		out = append(out, runOne(bm))
 	}
 	if len(out) == 0 {
-		return nil, errors.New("benchsuite: no benchmark matches the filter")
+		return nil, &OptionsError{errors.New("benchsuite: no benchmark matches the filter")}
 	}
 	return out, nil
 }
