@@ -41,16 +41,17 @@ type effectLog struct {
 	effects []Effect
 }
 
-// add appends an effect, applied now, and returns its index. The clock is
-// read under the log's lock, so AppliedAt follows Seq across repositories
-// too.
-func (l *effectLog) add(e Effect, now func() time.Time) int {
+// add appends an effect, applied at now, and returns its index. AppliedAt
+// is raised to the previous effect's when now is earlier (a reading taken
+// before another request took the lock, or a clock set back through
+// Config.Now), so AppliedAt follows Seq across repositories too.
+func (l *effectLog) add(e Effect, now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e.Seq = int64(len(l.effects)) + 1
-	e.AppliedAt = now()
+	e.AppliedAt = now
 	if n := len(l.effects); n > 0 && e.AppliedAt.Before(l.effects[n-1].AppliedAt) {
-		e.AppliedAt = l.effects[n-1].AppliedAt // a clock set back (Config.Now)
+		e.AppliedAt = l.effects[n-1].AppliedAt
 	}
 	l.effects = append(l.effects, e)
 	return len(l.effects) - 1

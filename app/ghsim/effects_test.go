@@ -3,7 +3,6 @@ package ghsim
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,13 +16,10 @@ import (
 // installations (and people commenting through the Go API meanwhile), and
 // checks that the effect log holds every applied mutation exactly once,
 // that AppliedAt never decreases with Seq (across repositories too), and
-// that webhooks arrive in each repository's order. The simulator's clock
-// yields after each reading, as a loaded machine's does, so that a reading
-// taken outside the log's lock would show.
+// that webhooks arrive in each repository's order.
 func TestEffectsUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	slowClock := func() time.Time { now := time.Now(); runtime.Gosched(); return now }
-	e := seeded(t, Config{Now: slowClock})
+	e := seeded(t, Config{})
 	c := ctx(t)
 	const clients, perClient, people = 32, 4, 4
 	repos := []struct {
@@ -164,6 +160,40 @@ func TestEffectsUnderConcurrency(t *testing.T) {
 	}
 }
 
+// A clock set back (Config.Now) does not make AppliedAt go back with it:
+// AppliedAt never decreases with Seq.
+func TestEffectsAppliedAtWithClockSetBack(t *testing.T) {
+	t.Parallel()
+	var (
+		mu sync.Mutex
+		at = time.Now()
+	)
+	clock := func() time.Time { // a millisecond earlier at each reading
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(-time.Millisecond)
+		return at
+	}
+	e := seeded(t, Config{Now: clock})
+	c := ctx(t)
+	cl := e.client(1)
+	for i := range 5 {
+		if _, _, err := cl.Issues.CreateComment(c, "octo", "demo", 10, &github.IssueComment{Body: ptr(fmt.Sprint("comment ", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	effects := e.sim.Effects()
+	if len(effects) != 5 {
+		t.Fatalf("%d effects for 5 comments", len(effects))
+	}
+	for i := 1; i < len(effects); i++ {
+		if effects[i].AppliedAt.Before(effects[i-1].AppliedAt) {
+			t.Errorf("effect %d applied at %s, before effect %d at %s", effects[i].Seq, effects[i].AppliedAt.Format(time.StampNano),
+				effects[i-1].Seq, effects[i-1].AppliedAt.Format(time.StampNano))
+		}
+	}
+}
+
 // An effect whose request is still in flight has no end: the admin API
 // leaves endedAt out rather than showing the zero time.
 func TestEffectsInFlightHaveNoEnd(t *testing.T) {
@@ -174,7 +204,7 @@ func TestEffectsInFlightHaveNoEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sim.effects.add(Effect{Method: "POST", Path: "/repos/octo/demo/issues/11/comments", Status: 201,
-		Resource: "issue:octo/demo#11", StartedAt: time.Now()}, time.Now) // as a handler does, before finish
+		Resource: "issue:octo/demo#11", StartedAt: time.Now()}, time.Now()) // as a handler does, before finish
 	var raw []map[string]json.RawMessage
 	if st := e.admin("GET", "/_ghsim/effects", nil, &raw); st != 200 || len(raw) != 2 {
 		t.Fatalf("GET /_ghsim/effects = %d, %d effects", st, len(raw))

@@ -246,7 +246,7 @@ func (c *call) applied(resource string, status int) {
 		RequestID:      c.requestID,
 		Resource:       resource,
 		StartedAt:      c.started,
-	}, c.s.now))
+	}, c.s.now()))
 }
 
 // decode reads a JSON request body into v. An empty body, or null, leaves v
