@@ -27,41 +27,9 @@ func benchRecord(b *testing.B, i int64) *schema.Record {
 	return rec
 }
 
-// BenchmarkCreate measures durable (synchronous=FULL) Creates from one
-// caller: each waits for its own commit.
-func BenchmarkCreate(b *testing.B) {
-	st := newTestStore(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, _, err := st.store.Create(ctx, benchRecord(b, int64(i))); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
-}
-
-// BenchmarkCreateConcurrent32 measures durable Creates from 32 concurrent
-// callers, which group commit folds into shared transactions.
-func BenchmarkCreateConcurrent32(b *testing.B) {
-	st := newTestStore(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	concurrently(b, 32, func(i int64) error {
-		_, _, err := st.store.Create(ctx, benchRecord(b, i))
-		return err
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
-	if s := st.db.Stats(); s.Transactions > 0 {
-		b.ReportMetric(float64(s.Writes)/float64(s.Transactions), "writes/txn")
-	}
-}
-
 // concurrently runs b.N calls of do from exactly callers goroutines (unlike
 // b.RunParallel, whose goroutines are a multiple of GOMAXPROCS), passing
-// each call its number from 1 to b.N and the caller's index.
+// each call its number from 1 to b.N.
 func concurrently(b *testing.B, callers int, do func(i int64) error) {
 	var (
 		next atomic.Int64
@@ -80,51 +48,6 @@ func concurrently(b *testing.B, callers int, do func(i int64) error) {
 		}()
 	}
 	wg.Wait()
-}
-
-func seedStore(b *testing.B, st storeBundle, n int) []string {
-	ctx := context.Background()
-	ids := make([]string, n)
-	for i := range ids {
-		rec, _, err := st.store.Create(ctx, benchRecord(b, int64(i)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = rec.OperationID
-	}
-	return ids
-}
-
-func BenchmarkGet(b *testing.B) {
-	st := newTestStore(b)
-	ids := seedStore(b, st, 1000)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if _, err := st.store.Get(ctx, ids[i%len(ids)]); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
-		}
-	})
-}
-
-func BenchmarkList50(b *testing.B) {
-	st := newTestStore(b)
-	seedStore(b, st, 1000)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		recs, _, err := st.store.List(ctx, ListFilter{Actor: "bench", Limit: 50})
-		if err != nil || len(recs) != 50 {
-			b.Fatal(len(recs), err)
-		}
-	}
 }
 
 // benchRunning creates a record with a comment of bodyBytes bytes and

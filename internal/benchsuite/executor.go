@@ -141,7 +141,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	latMu.Unlock()
 	reportRate(b)
 	lat.report(b)
-	reportWritesPerTxn(b, db, before)
+	reportWriter(b, db, before)
 }
 
 // stopWithin stops a service, waiting at most 30 seconds.

@@ -66,12 +66,19 @@ func sequential(b *testing.B, op func(i int) error) {
 	lat.report(b)
 }
 
-// reportWritesPerTxn reports the mean group-commit batch of db's writer
-// since before.
-func reportWritesPerTxn(b *testing.B, db *sqlite.DB, before sqlite.Stats) {
-	if after := db.Stats(); after.Transactions > before.Transactions {
-		b.ReportMetric(float64(after.Writes-before.Writes)/float64(after.Transactions-before.Transactions), "writes/txn")
+// reportWriter reports what db's writer did per transaction since before:
+// the mean group-commit batch (writes/txn), and the time spent running the
+// write functions (µs-run/txn) and committing them, the fsync among it
+// (µs-commit/txn).
+func reportWriter(b *testing.B, db *sqlite.DB, before sqlite.Stats) {
+	after := db.Stats()
+	txns := float64(after.Transactions - before.Transactions)
+	if txns <= 0 {
+		return
 	}
+	b.ReportMetric(float64(after.Writes-before.Writes)/txns, "writes/txn")
+	b.ReportMetric(float64((after.Run-before.Run).Microseconds())/txns, "µs-run/txn")
+	b.ReportMetric(float64((after.Commit-before.Commit).Microseconds())/txns, "µs-commit/txn")
 }
 
 // spread runs op(i) for i in [0, b.N) from workers goroutines and records

@@ -73,5 +73,5 @@ func leasePairs(b *testing.B, holders int, key func(g int) string) {
 	if holders > 1 && key(0) == key(1) {
 		b.ReportMetric(float64(held.Load())/float64(b.N), "held/pair")
 	}
-	reportWritesPerTxn(b, db, before)
+	reportWriter(b, db, before)
 }

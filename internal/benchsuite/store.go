@@ -74,7 +74,7 @@ func StoreCreateConcurrent(b *testing.B) {
 	b.StopTimer()
 	reportRate(b)
 	lat.report(b)
-	reportWritesPerTxn(b, db, before)
+	reportWriter(b, db, before)
 }
 
 // seed creates n records and returns their IDs.
