@@ -109,6 +109,14 @@ through the admin API (adminUrl in ghsim.json; see the third example).`,
 
 // runGhsim runs the simulator until ctx ends.
 func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
+	// The flags are checked before DIR or the App's key is touched.
+	if o.rateLimit == 0 {
+		return errors.New("--rate-limit 0 would refuse every request: give a positive limit, or -1 for unlimited")
+	}
+	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
+	if err != nil {
+		return fmt.Errorf("--secondary-retry-after: %w", err)
+	}
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
@@ -124,13 +132,6 @@ func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	secret := o.webhookSecret
 	if secret == "" {
 		secret = previousWebhookSecret(filepath.Join(dir, ghsimFileName))
-	}
-	if o.rateLimit == 0 {
-		return errors.New("--rate-limit 0 would refuse every request: give a positive limit, or -1 for unlimited")
-	}
-	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
-	if err != nil {
-		return fmt.Errorf("--secondary-retry-after: %w", err)
 	}
 	sim, err := ghsim.New(ghsim.Config{
 		Addr: o.listen, AppID: o.appID, PrivateKey: key, TokenTTL: o.tokenTTL,
