@@ -30,7 +30,6 @@ const e2eResources = 200
 // completedAt − createdAt.
 func ExecutorEndToEnd(b *testing.B) {
 	ctx := context.Background()
-	dir := b.TempDir()
 	db := openDB(b)
 
 	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
@@ -59,14 +58,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	if err != nil {
 		fatalf(b, "%v", err)
 	}
-	br, err := queue.New(queue.Config{DataDir: dir})
-	if err != nil {
-		fatalf(b, "%v", err)
-	}
-	if err := br.Start(ctx); err != nil {
-		fatalf(b, "start the broker: %v", err)
-	}
-	b.Cleanup(func() { stopWithin(br.Stop) })
+	br := startBroker(b)
 	var (
 		finished atomic.Int64
 		failed   atomic.Int64
