@@ -108,8 +108,9 @@ func (p paceRequeue) Error() string { return "installation pace: wait " + p.dela
 // acquire waits for the installation's next turn to send a mutating
 // request and returns the function to call once the response is back. A
 // wait longer than MaxInlineWait, or with too many workers already
-// waiting, is returned as paceRequeue instead.
-func (p *pacer) acquire(ctx context.Context, inst int64) (done func(), err error) {
+// waiting, is returned as paceRequeue instead. The wait ends early, with
+// context.Canceled, when cancelled is closed (nil: never).
+func (p *pacer) acquire(ctx context.Context, cancelled <-chan struct{}, inst int64) (done func(), err error) {
 	if p == nil || p.cfg.Disabled {
 		return func() {}, nil
 	}
@@ -162,13 +163,13 @@ func (p *pacer) acquire(ctx context.Context, inst int64) (done func(), err error
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
+		case <-cancelled:
+			t.Stop()
+			return nil, context.Canceled
 		case <-t.C:
 		}
 	}
 }
-
-// enabled reports whether the pacer shapes anything.
-func (p *pacer) enabled() bool { return p != nil && !p.cfg.Disabled }
 
 // admit says, before an operation takes its lease, whether acquire would
 // send it back to the queue: it returns that delay, or 0 if the operation

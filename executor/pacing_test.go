@@ -38,7 +38,7 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 					return
 				}
 				mu.Unlock()
-				done, err := p.acquire(context.Background(), 7)
+				done, err := p.acquire(context.Background(), nil, 7)
 				if err != nil {
 					t.Error(err)
 					return
@@ -81,12 +81,12 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 func TestPacerSendsLongWaitsBack(t *testing.T) {
 	t.Parallel()
 	p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Second}, time.Now)
-	done, err := p.acquire(context.Background(), 1)
+	done, err := p.acquire(context.Background(), nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done()
-	_, err = p.acquire(context.Background(), 1)
+	_, err = p.acquire(context.Background(), nil, 1)
 	var rq paceRequeue
 	if !errors.As(err, &rq) || rq.delay < 9*time.Second {
 		t.Fatalf("second acquire = %v, want a requeue of about 10s", err)
@@ -95,7 +95,7 @@ func TestPacerSendsLongWaitsBack(t *testing.T) {
 		t.Errorf("admit = %v", w)
 	}
 	// Another installation is not held back.
-	if _, err := p.acquire(context.Background(), 2); err != nil {
+	if _, err := p.acquire(context.Background(), nil, 2); err != nil {
 		t.Errorf("other installation: %v", err)
 	}
 }

@@ -392,19 +392,7 @@ func (r *runner) loop() Result {
 // pace waits for the installation's pace, if pacing is on; a
 // cancellation ends the wait (the loop's boundary then sees it).
 func (r *runner) pace() (func(), error) {
-	if !r.e.pacer.enabled() {
-		return r.e.pacer.acquire(r.ctx, r.inst)
-	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-r.cancelled:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return r.e.pacer.acquire(ctx, r.inst)
+	return r.e.pacer.acquire(r.ctx, r.cancelled, r.inst)
 }
 
 // boundary is checked between attempts: cancellation requested, lease
