@@ -151,9 +151,9 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo 
 		}
 	}
 	if rep.Skipped {
-		h.write(w, http.StatusConflict, errorBody(schema.CodeLeaseHeld, rep.SkipReason, map[string]any{
+		h.fail(w, r, &schema.Error{Code: schema.CodeLeaseHeld, Message: rep.SkipReason, Details: map[string]any{
 			"owner": rep.LeaseOwner, "expiresIn": rep.LeaseExpiresInSeconds,
-		}))
+		}})
 		return
 	}
 	h.write(w, http.StatusOK, rep)
