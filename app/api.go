@@ -99,10 +99,13 @@ type Operations interface {
 	Cancel(ctx context.Context, operationID string) (schema.Record, error)
 }
 
-// DeadLetters is what the API needs of the queue (*queue.Broker).
+// DeadLetters is what the API needs of the queue (*queue.Broker). Ready
+// says whether the queue is reachable: a dead-letter route that failed
+// while it is not answers 503.
 type DeadLetters interface {
 	DeadLetters(ctx context.Context, after uint64, limit int) ([]queue.DeadLetter, error)
 	ReplayDeadLetter(ctx context.Context, seq uint64) (queue.DeadLetter, error)
+	Ready() error
 }
 
 // LeaseService is what the API needs of the lease coordinator

@@ -30,7 +30,7 @@ var errQueueUnavailable = &apiStatusError{status: http.StatusServiceUnavailable,
 // queueError is err, or errQueueUnavailable when the queue says it is not
 // ready.
 func (a *API) queueError(err error) error {
-	if rd, ok := a.deadLetters.(interface{ Ready() error }); ok && rd.Ready() != nil {
+	if a.deadLetters.Ready() != nil {
 		return errQueueUnavailable
 	}
 	return err

@@ -47,7 +47,7 @@ type APIError struct {
 // reachable, code internal).
 type apiStatusError struct {
 	status int
-	err    error
+	err    *schema.Error
 }
 
 func (e *apiStatusError) Error() string { return e.err.Error() }
@@ -75,13 +75,14 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = se.status
 	}
 	if code == schema.CodeInternal && status == http.StatusServiceUnavailable {
-		// A dependency is away for a while (see errQueueUnavailable).
+		// A dependency is away for a while (errQueueUnavailable, the only
+		// internal error answered 503). An apiStatusError wraps a
+		// *schema.Error, so err has one: its message is baton's own words,
+		// never a cause's.
 		w.Header().Set("Retry-After", "5")
-		msg := "service unavailable"
-		if e := (*schema.Error)(nil); errors.As(err, &e) {
-			msg = e.Message // baton's own words, never a cause's
-		}
-		a.writeErrorBody(w, status, code, msg, nil)
+		var e *schema.Error
+		errors.As(err, &e)
+		a.writeErrorBody(w, status, code, e.Message, nil)
 		return
 	}
 	if code == schema.CodeInternal {
