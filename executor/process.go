@@ -99,7 +99,7 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 	if e.leases == nil || e.writer == nil || e.gh == nil {
 		return failed(errors.New("executor: Process needs Config.Leases, Config.GitHub and a store that implements RecordWriter"))
 	}
-	res, finished := e.processOne(ctx, operationID)
+	res, finished := e.processOne(ctx, operationID, false)
 	if finished == nil {
 		return res
 	}
@@ -121,7 +121,10 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 			e.nudge(ctx, next)
 			break
 		}
-		r, fin := e.processOne(ctx, next)
+		// next is the resource's oldest unfinished operation, and none
+		// older can appear (seq only grows, nothing leaves a terminal
+		// status): process need not look again.
+		r, fin := e.processOne(ctx, next, true)
 		if r.Kind != ResultDone {
 			// It waits for something else (a pace, a pause, a lease held
 			// elsewhere) or failed: give it a message of its own now, so
@@ -148,8 +151,9 @@ func (e *Executor) nudge(ctx context.Context, operationID string) {
 }
 
 // processOne is Process without the handoff. finished is the resource of
-// the operation when this call made it terminal.
-func (e *Executor) processOne(ctx context.Context, operationID string) (Result, *schema.Resource) {
+// the operation when this call made it terminal. handedOff says that the
+// operation is known to be the oldest unfinished one on its resource.
+func (e *Executor) processOne(ctx context.Context, operationID string, handedOff bool) (Result, *schema.Resource) {
 	for range 3 {
 		rec, err := e.store.Get(ctx, operationID)
 		if errors.Is(err, schema.ErrNotFound) {
@@ -162,7 +166,7 @@ func (e *Executor) processOne(ctx context.Context, operationID string) (Result, 
 		if rec.Terminal() {
 			return done(), nil
 		}
-		res, stale := e.process(ctx, &rec)
+		res, stale := e.process(ctx, &rec, handedOff)
 		if !stale {
 			var finished *schema.Resource
 			if res.Kind == ResultDone && res.finished {
@@ -177,8 +181,10 @@ func (e *Executor) processOne(ctx context.Context, operationID string) (Result, 
 }
 
 // process is one try of Process on a record read just before; stale is
-// true when the record changed before the lease was taken.
-func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result, stale bool) {
+// true when the record changed before the lease was taken. handedOff
+// skips the look for an older unfinished operation on the resource (the
+// caller knows there is none).
+func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bool) (res Result, stale bool) {
 	log := e.opLogger(rec)
 	tg, err := schema.ParseResource(rec.Resource)
 	if err != nil {
@@ -188,13 +194,15 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record) (res Result,
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
 	}
-	if older, err := e.writer.OlderPending(ctx, rec); err != nil {
-		return failed(err), false
-	} else if older {
-		// Its turn comes when the older one ends: the worker that ends
-		// it hands the resource over (see Process), so this message only
-		// has to come back in case that worker is gone.
-		return retry(e.cfg.OrderDelay), false
+	if !handedOff {
+		if older, err := e.writer.OlderPending(ctx, rec); err != nil {
+			return failed(err), false
+		} else if older {
+			// Its turn comes when the older one ends: the worker that
+			// ends it hands the resource over (see Process), so this
+			// message only has to come back in case that worker is gone.
+			return retry(e.cfg.OrderDelay), false
+		}
 	}
 	inst, unavailable, err := e.installation(ctx, rec, tg)
 	if err != nil {
