@@ -484,7 +484,7 @@ func runBenchSuite(o *benchOptions, stdout, stderr io.Writer) error {
 		}
 		opts.Filter = re
 	}
-	rep := BenchSuiteReport{Machine: benchsuite.Machine(), Benchtime: o.benchtime, LoadBefore: benchLoadAverage()}
+	rep := BenchSuiteReport{Machine: benchsuite.Machine(), Benchtime: o.benchtime, LoadBefore: strings.Join(benchsuite.LoadAverage(), " ")}
 	results, err := benchsuite.Run(opts)
 	if err != nil {
 		if oe := (*benchsuite.OptionsError)(nil); errors.As(err, &oe) {
@@ -492,7 +492,7 @@ func runBenchSuite(o *benchOptions, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	rep.Results, rep.LoadAfter = results, benchLoadAverage()
+	rep.Results, rep.LoadAfter = results, strings.Join(benchsuite.LoadAverage(), " ")
 	failed := 0
 	for _, r := range results {
 		if r.Err != "" {
@@ -517,18 +517,4 @@ func runBenchSuite(o *benchOptions, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d of %d benchmarks failed", failed, len(results))
 	}
 	return nil
-}
-
-// benchLoadAverage is the 1, 5 and 15 minute load averages ("" where
-// /proc/loadavg does not exist).
-func benchLoadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }

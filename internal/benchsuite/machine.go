@@ -17,12 +17,25 @@ type machineSample struct {
 	available bool
 }
 
+// LoadAverage returns the 1, 5 and 15 minute load averages as
+// /proc/loadavg writes them ("0.61", "1.40", "2.00"); nil where it cannot
+// be read.
+func LoadAverage() []string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return nil
+	}
+	return f[:3]
+}
+
 func sampleMachine() machineSample {
 	var s machineSample
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			s.load1 = f[0]
-		}
+	if load := LoadAverage(); load != nil {
+		s.load1 = load[0]
 	}
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
