@@ -98,7 +98,7 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 	}
 	mq := mergeQueueFeature{q}
 	s.dispatcher.Subscribe("mergequeue", mq)
-	s.features = append(s.features, feature{"mergequeue", mq})
+	s.finished = append(s.finished, mq.OnOperationFinished)
 	s.api.HandleAuthenticated("/v1/repos/", mergequeue.NewHandler(q, s.authorizeRepository))
 	if err := q.Start(ctx); err != nil {
 		return err

@@ -135,20 +135,16 @@ type Server struct {
 	sim        *ghsim.Sim
 	dev        *DevInfo
 
-	// features are extra event handlers (the merge queue), subscribed at
-	// Start.
-	features []feature
+	// finished are told of every operation that ends (the merge queue's
+	// OnOperationFinished); startMergeQueue adds to them before the
+	// consumer runs operations.
+	finished []func(schema.Record)
 
 	mu      sync.Mutex
 	started bool
 	stopped bool
 	serveWG sync.WaitGroup
 	stops   []func(context.Context) error
-}
-
-type feature struct {
-	name    string
-	handler EventHandler
 }
 
 // NewServer checks cfg and fills its defaults. Nothing is opened until
@@ -185,12 +181,6 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
 	}
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
-}
-
-// AddFeature subscribes an event handler (a feature such as the merge
-// queue) to the webhook deliveries. Call it before Start.
-func (s *Server) AddFeature(name string, h EventHandler) {
-	s.features = append(s.features, feature{name, h})
 }
 
 // Start opens everything and serves HTTP. It returns once the server
@@ -284,9 +274,6 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.dispatcher.Subscribe("installations", s.installs)
-	for _, f := range s.features {
-		s.dispatcher.Subscribe(f.name, f.handler)
-	}
 
 	// The executor.
 	pacing := cfg.Pacing == nil || *cfg.Pacing
@@ -484,10 +471,8 @@ func QueueHandler(exec *executor.Executor) queue.Handler {
 
 // onFinished passes terminal operations to the features that want them.
 func (s *Server) onFinished(rec schema.Record) {
-	for _, f := range s.features {
-		if h, ok := f.handler.(interface{ OnOperationFinished(schema.Record) }); ok {
-			h.OnOperationFinished(rec)
-		}
+	for _, f := range s.finished {
+		f(rec)
 	}
 }
 
