@@ -42,7 +42,9 @@ type cliEnvOptions struct {
 	complete bool
 }
 
-// cliInstallations: octo/* is installation 1; nothing else is installed.
+// cliInstallations: octo/* is installation 1, the only repositories baton
+// may act on; ListInstallations (client_test.go) also lists acme (7),
+// suspended, whose repositories InstallationOf refuses.
 type cliInstallations struct{}
 
 func (cliInstallations) InstallationOf(_ context.Context, owner, repo string) (int64, error) {

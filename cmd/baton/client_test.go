@@ -375,7 +375,7 @@ func TestCLIHelp(t *testing.T) {
 func cliIsMine(c *cobra.Command) bool {
 	for p := c; p != nil; p = p.Parent() {
 		switch p.Name() {
-		case "submit", "status", "cancel", "ops", "dlq", "lease", "token", "bench", "installations":
+		case "submit", "status", "cancel", "ops", "dlq", "lease", "token", "bench", "installations", "queue":
 			return true
 		}
 	}
