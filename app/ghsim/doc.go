@@ -94,7 +94,7 @@
 //	DELETE /_ghsim/installations/{id}                    DeleteInstallation
 //	POST   /_ghsim/installations/{id}/suspend|unsuspend  SuspendInstallation
 //	GET    /_ghsim/repos                                 Repos
-//	POST   /_ghsim/repos {owner, name, installationId}   AddRepo: 201; 200 if it moved the repository from another installation; 409 if it is in that one already
+//	POST   /_ghsim/repos {owner, name, installationId}   AddRepo: 201; 200 if it moved the repository from another installation or put back one removed with RemoveRepo; 409 if it is in that one already
 //	DELETE /_ghsim/repos/{owner}/{name}                  RemoveRepo
 //	POST   /_ghsim/repos/{o}/{r}/issues {number?, title, body?, user?}          AddIssue
 //	GET    /_ghsim/repos/{o}/{r}/issues/{n}                                     Issue
