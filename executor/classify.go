@@ -97,15 +97,7 @@ func Classify(err error, now time.Time) Classification {
 			// The exchange met a rate limit of the installation: every
 			// request of it waits, as for any other 429. No token was
 			// issued, so nothing was applied.
-			c.Category, c.Retryable, c.PauseInstallation = CategoryRateLimited, true, true
-			c.Wait = retryAfter(ghi.Response.Header)
-			if ghi.Response.Header.Get("X-Ratelimit-Remaining") == "0" {
-				c.Category = CategoryPrimaryRateLimit
-				c.Wait = max(c.Wait, resetWait(ghi.Response.Header, now))
-			}
-			if c.Wait <= 0 {
-				c.Wait = DefaultSecondaryWait
-			}
+			tooManyRequests(&c, ghi.Response.Header, now)
 		case s >= 500:
 			c.Category, c.Retryable = CategoryServerError, true
 			c.Wait = retryAfter(ghi.Response.Header)
@@ -173,21 +165,8 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 	c := Classification{Status: r.StatusCode, RequestID: requestID(r), Message: shortMessage(r.StatusCode, ere.Message)}
 	switch s := r.StatusCode; {
 	case s == http.StatusTooManyRequests:
-		// go-github does not turn a 429 into a rate-limit error. GitHub
-		// sends it for both limits: with x-ratelimit-remaining 0 it is the
-		// primary limit (wait for the reset), otherwise a secondary one
-		// (Retry-After, or at least a minute).
-		c.Retryable, c.PauseInstallation = true, true
-		if r.Header.Get("X-Ratelimit-Remaining") == "0" {
-			c.Category = CategoryPrimaryRateLimit
-			c.Wait = max(resetWait(r.Header, now), retryAfter(r.Header))
-		} else {
-			c.Category = CategoryRateLimited
-			c.Wait = retryAfter(r.Header)
-		}
-		if c.Wait <= 0 {
-			c.Wait = DefaultSecondaryWait
-		}
+		// go-github does not turn a 429 into a rate-limit error.
+		tooManyRequests(&c, r.Header, now)
 	case s == http.StatusForbidden && isSecondaryMessage(ere):
 		// A secondary limit whose documentation_url go-github did not
 		// recognise.
@@ -214,6 +193,24 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		c.Category = CategoryValidation
 	}
 	return c
+}
+
+// tooManyRequests classifies a 429 from its headers. GitHub sends it for
+// both limits: with x-ratelimit-remaining 0 it is the primary limit (wait
+// for the reset), otherwise a secondary one (Retry-After, or at least a
+// minute). Either way the whole installation waits.
+func tooManyRequests(c *Classification, h http.Header, now time.Time) {
+	c.Retryable, c.PauseInstallation = true, true
+	if h.Get("X-Ratelimit-Remaining") == "0" {
+		c.Category = CategoryPrimaryRateLimit
+		c.Wait = max(resetWait(h, now), retryAfter(h))
+	} else {
+		c.Category = CategoryRateLimited
+		c.Wait = retryAfter(h)
+	}
+	if c.Wait <= 0 {
+		c.Wait = DefaultSecondaryWait
+	}
 }
 
 func isSecondaryMessage(ere *github.ErrorResponse) bool {
