@@ -62,8 +62,9 @@ type accessEnv struct {
 	ops map[string]string
 	// leases are the owner's leases, one per caller and route.
 	leases map[string]client.LeaseGrant
-	// missingBody is what another actor's operation must look like: the
-	// answer for an operation that does not exist.
+	// missingGet and missingCancel are what reading and cancelling
+	// another actor's operation must answer: the answers for an operation
+	// that does not exist.
 	missingGet, missingCancel []byte
 	// freeKeys counts the free lease keys handed out to acquire.
 	freeKeys int

@@ -56,6 +56,11 @@
 // succeeded — GitHub has the comment — and a client is not led to post it
 // again.
 //
+// TestLeaseCheckReadsEveryLease checks TestCrash's and TestBrokerFaults'
+// "nothing held" check itself: it reads the whole leases table, so a lease
+// held on a key outside the workload's resources is found, and a released
+// one is not.
+//
 // TestHostileRequests sends 1,000 concurrent webhook deliveries with bad
 // signatures and 1,000 API requests with missing, forged, malformed or
 // revoked tokens to a running server: nothing changes in the database

@@ -13,7 +13,9 @@ var binDir string
 
 // TestMain is shared by every test of the package: keep it the only one.
 // The child processes the tests start are killed by the tests themselves;
-// goleak checks that no goroutine of the test process outlives them.
+// goleak checks that no goroutine of the test process outlives them. The
+// cleanup removes the binary's directory and exits with the run's code (a
+// cleanup replaces VerifyTestMain's own os.Exit).
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "baton-proof-bin-")
 	if err != nil {
@@ -21,13 +23,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }

@@ -112,15 +112,14 @@ func newFixture(t testing.TB, sim *ghsim.Sim, chainLen int) *fixture {
 // plannedOp is one operation of the workload.
 type plannedOp struct {
 	seq      int // position in the workload
-	client   int
 	key      string
 	action   string
 	resource schema.Resource
 	payload  json.RawMessage
 	// label is the label an add_labels or remove_label operation names.
 	label string
-	// branch and step place a ref update in its chain.
-	branch, step int
+	// step places a ref update in its branch's chain.
+	step int
 }
 
 // workloadShape says how many operations of each kind a workload of n
@@ -172,11 +171,11 @@ func planWorkload(f *fixture, n, clients int, run string) (ops []*plannedOp, per
 		}
 		add(list)
 	}
-	for bi, b := range f.branches {
+	for _, b := range f.branches {
 		res := schema.Resource{Type: schema.ResourceRef, ID: repo + ":heads/" + b.name}
 		var list []*plannedOp
 		for j := 1; j <= perBranch && j < len(b.chain); j++ {
-			list = append(list, &plannedOp{resource: res, action: schema.ActionUpdateRef, branch: bi, step: j,
+			list = append(list, &plannedOp{resource: res, action: schema.ActionUpdateRef, step: j,
 				payload: mustJSON(map[string]any{"sha": b.chain[j], "expectedSha": b.chain[j-1]})})
 		}
 		add(list)
@@ -204,7 +203,7 @@ func planWorkload(f *fixture, n, clients int, run string) (ops []*plannedOp, per
 				if i < len(list) {
 					more = true
 					op := list[i]
-					op.client, op.seq = c, len(ops)
+					op.seq = len(ops)
 					op.key = fmt.Sprintf("proof-%s-%05d", run, op.seq)
 					ops = append(ops, op)
 					perClient[c] = append(perClient[c], op)
@@ -231,7 +230,6 @@ type accepted struct {
 	op     *plannedOp
 	id     string
 	status int // 201 or 200
-	tries  int
 	// first is when the first try was sent, at when the answer came.
 	first, at time.Time
 }
@@ -295,7 +293,7 @@ func (s *submitter) submit(ctx context.Context, cl *client.Client, op *plannedOp
 			}
 			now := time.Now()
 			s.mu.Lock()
-			s.results[v.OperationID] = &accepted{op: op, id: v.OperationID, status: status, tries: tries, first: first, at: now}
+			s.results[v.OperationID] = &accepted{op: op, id: v.OperationID, status: status, first: first, at: now}
 			s.lastAt = now
 			s.mu.Unlock()
 			s.accepted.Add(1)
