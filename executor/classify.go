@@ -54,7 +54,9 @@ type Classification struct {
 	// reset); zero when it imposed none.
 	Wait time.Duration
 	// PauseInstallation is true when the wait applies to every request of
-	// the installation, not only this operation's.
+	// the installation, not only this operation's: GitHub refused the
+	// request for a rate limit (categories rate_limited,
+	// primary_rate_limit, secondary_rate_limit), so it was not applied.
 	PauseInstallation bool
 	// Status is the HTTP status, when there was a response.
 	Status int

@@ -169,7 +169,7 @@ func (e *Executor) processOne(ctx context.Context, operationID string, handedOff
 		res, stale := e.process(ctx, &rec, handedOff)
 		if !stale {
 			var finished *schema.Resource
-			if res.Kind == ResultDone && res.finished {
+			if res.finished { // set only by finish, with ResultDone
 				finished = &rec.Resource
 			}
 			return res, finished
@@ -571,23 +571,22 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	if !cl.Retryable {
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
-	// A request refused without being applied — never sent, or stopped by
-	// a rate limit — spends no attempt when it is to wait long: the
-	// operation goes back to the queue. A go-github refusal (never sent)
-	// spends none whatever the wait. An ambiguous failure (a 5xx that
-	// may have been applied) spends its attempt in any case.
-	refused := cl.NotSent || (!cl.Ambiguous && isRateLimit(cl.Category))
-	if refused && (cl.NotSent || cl.Wait > e.cfg.MaxInlineWait) {
+	long := cl.Wait > e.cfg.MaxInlineWait
+	switch {
+	case cl.NotSent || (cl.PauseInstallation && long):
+		// A request refused without being applied — never sent, or
+		// stopped by a rate limit (the refusals that pause the
+		// installation) — spends no attempt when it is to wait long: the
+		// operation goes back to the queue. A go-github refusal (never
+		// sent) spends none whatever the wait. An ambiguous failure (a
+		// 5xx that may have been applied) spends its attempt in any case.
 		r.rec.Attempts--
-		if cl.Wait <= e.cfg.MaxInlineWait {
+		if !long {
 			// The installation's pause (set above) is waited out by the
 			// loop.
 			return Result{}, false, false
 		}
-		last.WaitMillis = cl.Wait.Milliseconds()
-		return r.requeue(cl.Wait), true, false
-	}
-	if r.rec.Attempts >= r.rec.MaxAttempts {
+	case r.rec.Attempts >= r.rec.MaxAttempts:
 		if cl.Ambiguous {
 			// The last call may have been applied: the loop probes
 			// before it gives the operation up.
@@ -595,8 +594,8 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
-	if cl.Wait > e.cfg.MaxInlineWait {
-		// A long wait after an attempt that counts: back to the queue;
+	if long {
+		// A long wait: back to the queue. After an attempt that counts,
 		// the probe owed for an ambiguous failure runs when it returns.
 		last.WaitMillis = cl.Wait.Milliseconds()
 		return r.requeue(cl.Wait), true, false
@@ -709,16 +708,6 @@ func (r *runner) release() error {
 	}
 	r.e.turns.leave(r.rec.Resource.Key())
 	return nil
-}
-
-// isRateLimit reports whether category is one of GitHub's refusals for a
-// rate limit: the request was not applied.
-func isRateLimit(category string) bool {
-	switch category {
-	case CategoryRateLimited, CategorySecondaryRateLimit, CategoryPrimaryRateLimit:
-		return true
-	}
-	return false
 }
 
 // lastAttemptAmbiguous reports whether the operation's last attempt may
