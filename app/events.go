@@ -2,13 +2,11 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/schema"
 )
 
 // Log field keys of the webhook, delivery, installation and setup code.
@@ -134,28 +132,17 @@ func IsPermanent(err error) bool {
 }
 
 // DeliveryKey derives an idempotency key for work a handler does for one
-// delivery: "delivery:<guid>:<part>:<part>…". The delivery ID is in every
-// key, so running a handler twice on the same delivery (after a retry or a
-// crash) resolves to the operations it already created, while another
-// delivery gets new ones. Parts name the handler and the piece of work
-// ("mergequeue", "comment", "octo/app#42"). Keys that would be longer than
-// an idempotency key may be (255 characters) end with the SHA-256 of their
-// parts instead.
+// delivery: "delivery:<guid>:<part>:<part>…" (schema.DerivedKey with the
+// delivery as the trigger). The delivery ID is in every key, so running a
+// handler twice on the same delivery (after a retry or a crash) resolves
+// to the operations it already created, while another delivery gets new
+// ones. Parts name the handler and the piece of work ("mergequeue",
+// "comment", "octo/app#42"). Keys that would be longer than an idempotency
+// key may be (255 characters) end with the SHA-256 of their parts instead.
 func DeliveryKey(d Delivery, parts ...string) string {
-	key := "delivery:" + d.ID
-	tail := strings.Join(parts, ":")
-	if tail == "" {
-		return key
-	}
-	if len(key)+1+len(tail) <= 255 {
-		return key + ":" + tail
-	}
-	sum := sha256.Sum256([]byte(tail))
-	return key + ":sha256:" + hex.EncodeToString(sum[:])
+	return schema.DerivedKey("delivery:"+d.ID, parts...)
 }
 
 // WebhookActor is the actor of operations born from webhooks of an
-// installation: "github:<installation>".
-func WebhookActor(installationID int64) string {
-	return "github:" + strconv.FormatInt(installationID, 10)
-}
+// installation: "github:<installation>" (schema.WebhookActor).
+func WebhookActor(installationID int64) string { return schema.WebhookActor(installationID) }

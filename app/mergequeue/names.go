@@ -71,19 +71,14 @@ func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
 }
 
 // opKey derives the idempotency key of a piece of work done for one
-// trigger: "<trigger>:mergequeue:<part>:<part>…". A trigger is a webhook
-// delivery ("delivery:<guid>", the form app.DeliveryKey uses), a reconcile
-// run or a finished operation, so running the same trigger again (after a
-// retry or a crash) finds the operations it already created. Keys longer
-// than an idempotency key may be end with the SHA-256 of their parts.
+// trigger: "<trigger>:mergequeue:<part>:<part>…" (schema.DerivedKey). A
+// trigger is a webhook delivery ("delivery:<guid>", the form
+// app.DeliveryKey uses), a reconcile run or a finished operation, so
+// running the same trigger again (after a retry or a crash) finds the
+// operations it already created. Keys longer than an idempotency key may
+// be end with the SHA-256 of their parts. Every caller gives parts.
 func opKey(trigger string, parts ...string) string {
-	key := trigger + ":mergequeue"
-	tail := strings.Join(parts, ":")
-	if len(key)+1+len(tail) <= schema.MaxIdempotencyKeyChars {
-		return key + ":" + tail
-	}
-	sum := sha256.Sum256([]byte(tail))
-	return key + ":sha256:" + hex.EncodeToString(sum[:])
+	return schema.DerivedKey(trigger+":mergequeue", parts...)
 }
 
 // ordinal writes n as "1st", "2nd", "3rd", "4th", "11th", "21st"…

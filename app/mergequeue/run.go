@@ -287,7 +287,7 @@ func (r *run) submitKey(key, action string, res schema.Resource, payload any) (s
 	}
 	sub := schema.Submission{IdempotencyKey: key, Action: action, Resource: res, Payload: body,
 		InstallationID: r.inst, CorrelationID: truncate(r.trig.key, schema.MaxCorrelationIDChars)}
-	rec, _, err := r.q.cfg.Operations.Submit(r.ctx, webhookActor(r.inst), sub)
+	rec, _, err := r.q.cfg.Operations.Submit(r.ctx, schema.WebhookActor(r.inst), sub)
 	if errors.Is(err, schema.ErrIdempotencyConflict) {
 		// The key was used with another payload (the merge method was
 		// changed, say): the operation it names is the one that counts.
@@ -300,10 +300,6 @@ func (r *run) submitKey(key, action string, res schema.Resource, payload any) (s
 	}
 	return rec, nil
 }
-
-// webhookActor is the actor of operations born from webhooks of an
-// installation, as package app names it: "github:<installation>".
-func webhookActor(inst int64) string { return "github:" + strconv.FormatInt(inst, 10) }
 
 func (r *run) pullResource(n int) schema.Resource {
 	return schema.Resource{Type: schema.ResourcePullRequest, ID: r.fullName() + "#" + strconv.Itoa(n)}

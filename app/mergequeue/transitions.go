@@ -464,7 +464,7 @@ func (r *run) mergeKey(e *entry, try int) string {
 }
 
 func (r *run) mergeOperationID(e *entry, try int) (string, error) {
-	id, err := executor.OperationID(webhookActor(r.inst), r.mergeKey(e, try))
+	id, err := executor.OperationID(schema.WebhookActor(r.inst), r.mergeKey(e, try))
 	if err != nil {
 		return "", fmt.Errorf("mergequeue: merge operation id: %w", err)
 	}
