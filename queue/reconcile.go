@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	lc "github.com/baton-dev/baton/internal/lifecycle"
 )
 
 // ReconcilerConfig configures a Reconciler. The two functions come from the
@@ -145,14 +147,7 @@ func (r *Reconciler) Stop(ctx context.Context) error {
 	r.mu.Unlock()
 	defer r.b.disown(r)
 	r.cancel()
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return lc.Wait(ctx, &r.wg)
 }
 
 func (r *Reconciler) loop(ctx context.Context) {
