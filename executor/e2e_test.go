@@ -35,7 +35,6 @@ type stackOptions struct {
 	exec        Config // Store, Dispatcher, Leases, GitHub are filled in
 	concurrency int
 	logger      *zap.Logger
-	synchronous string
 	// front, if set, returns the address baton is to reach the simulator
 	// at (a proxy in front of it).
 	front func(t testing.TB, simURL string) string
@@ -49,7 +48,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	db, err := sqlite.Open(ctx, filepath.Join(dir, "baton.db"), sqlite.Options{Synchronous: o.synchronous})
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "baton.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
