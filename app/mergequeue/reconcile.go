@@ -201,9 +201,6 @@ func (r *run) reconcile(rep *Report) error {
 			if err := r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)"); err != nil {
 				return err
 			}
-			if err := r.leftStatus(e.pr); err != nil {
-				return err
-			}
 		case pr.GetHead().GetSHA() != e.sha:
 			if err := r.moveTo(e, pr); err != nil {
 				return err

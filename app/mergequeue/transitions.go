@@ -27,9 +27,6 @@ func (r *run) apply(in *intent) error {
 		if err := r.leave(in.pr, "label "+r.q.cfg.Label+" removed"); err != nil {
 			return err
 		}
-		if err := r.leftStatus(in.pr); err != nil {
-			return err
-		}
 	case intentCommand:
 		if err := r.command(in); err != nil {
 			return err
@@ -101,10 +98,11 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 	return r.evaluate(e)
 }
 
-// leave takes pull request n out of the queue; a pull request not in it
-// is left alone (silent success). A bounced entry is cleared. A merge
-// submitted for it that has not run is cancelled (cancelMerge); one that
-// merged already makes it leave as merged.
+// leave takes pull request n out of the queue and replaces its position
+// status with "Not in the merge queue"; a pull request not in it is left
+// alone (silent success). A bounced entry is cleared. A merge submitted
+// for it that has not run is cancelled (cancelMerge); one that merged
+// already makes it leave as merged.
 func (r *run) leave(n int, why string) error {
 	e := r.find(n)
 	switch {
@@ -126,6 +124,7 @@ func (r *run) leave(n int, why string) error {
 		r.audit(AuditLeave, n, e.sha, why)
 		r.note("#%d left (%s)", n, why)
 		r.logInfo("pull request left the queue", "mergequeue.left", n, fate.logFields(e)...)
+		return r.status(&entry{pr: n, sha: e.sha}, "success", "Not in the merge queue", "left")
 	}
 	return nil
 }
@@ -228,18 +227,6 @@ func (r *run) cancelMerge(e *entry) (mergeFate, error) {
 		}
 	}
 	return fate, nil
-}
-
-// leftStatus replaces the position status of a pull request that left
-// the queue but is still open.
-func (r *run) leftStatus(n int) error {
-	for _, a := range r.audits {
-		if a.action == AuditLeave && a.pr == n {
-			e := &entry{pr: n, sha: a.sha}
-			return r.status(e, "success", "Not in the merge queue", "left")
-		}
-	}
-	return nil
 }
 
 // closed takes a closed pull request out of the queue: merged (audit
@@ -347,9 +334,6 @@ func (r *run) command(in *intent) error {
 	}
 	if in.dequeue {
 		if err := r.leave(in.pr, "/baton dequeue by @"+in.user); err != nil {
-			return err
-		}
-		if err := r.leftStatus(in.pr); err != nil {
 			return err
 		}
 		// The label is the queue's mark on GitHub (a reconcile re-derives
@@ -580,10 +564,7 @@ func (r *run) mergeFailed(e *entry, rec schema.Record, try int) error {
 	case rec.Status == schema.StatusCancelled && !hasLabel(pr, r.q.cfg.Label):
 		// Cancelled as the pull request left the queue (cancelMerge), by
 		// a run that ended before it recorded the leave: it leaves.
-		if err := r.leave(e.pr, "label "+r.q.cfg.Label+" removed; its merge was cancelled"); err != nil {
-			return err
-		}
-		return r.leftStatus(e.pr)
+		return r.leave(e.pr, "label "+r.q.cfg.Label+" removed; its merge was cancelled")
 	case rec.Status == schema.StatusCancelled:
 		return r.bounce(e, "its merge operation was cancelled", "")
 	case transientFailure(rec) && try < mergeTries:
