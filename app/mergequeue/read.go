@@ -2,8 +2,6 @@ package mergequeue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -142,13 +140,12 @@ func (q *Queue) AuditLog(ctx context.Context, owner, repo string) ([]AuditRecord
 // installationOf says which installation a repository's queue belongs to:
 // the state's, or Config.Installations'.
 func (q *Queue) installationOf(ctx context.Context, owner, repo string) (int64, error) {
-	var inst int64
-	err := q.cfg.DB.QueryRow(ctx, `SELECT installation_id FROM mergequeue_repos WHERE name_key = ?`, nameKey(owner, repo)).Scan(&inst)
-	if err == nil {
-		return inst, nil
+	st, _, err := loadRepoRow(ctx, q.cfg.DB, nameKey(owner, repo))
+	if err != nil {
+		return 0, err
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("mergequeue: read repository: %w", err)
+	if st.id != 0 {
+		return st.inst, nil
 	}
 	if q.cfg.Installations == nil {
 		return 0, nil
