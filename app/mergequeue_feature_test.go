@@ -76,7 +76,17 @@ func TestServerMergeQueueSettings(t *testing.T) {
 	if err := json.Unmarshal(ops[0].Payload, &p); err != nil || p.Method != "squash" {
 		t.Errorf("merge method %q (%v)", p.Method, err)
 	}
-	if pr, err := sim.Pull("octo", "demo", 3); err != nil || pr.Merged {
-		t.Errorf("#3, labeled baton:queue, merged (%v)", err)
+	// #3 was labeled baton:queue before #2 was labeled ship-it, and one
+	// repository's deliveries are sent and handled in order: by now the
+	// queue has seen #3's label, and had it queued #3 the audit would say
+	// so.
+	audit, err := c.QueueAudit(ctx, "octo", "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range audit.Audit {
+		if a.PRNumber == 3 {
+			t.Errorf("#3, labeled baton:queue, is in the queue's audit: %+v", a)
+		}
 	}
 }
