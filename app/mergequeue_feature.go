@@ -30,15 +30,19 @@ type MergeQueueConfig struct {
 	MergeMethod string
 }
 
-// mergeQueueFeature subscribes the merge queue to webhook deliveries and
-// operation outcomes: it turns deliveries into the queue's events and the
-// queue's errors into the dispatcher's.
-type mergeQueueFeature struct{ q *mergequeue.Queue }
+// MergeQueueHandler is the event handler of the merge queue q: it turns
+// webhook deliveries into the queue's events and the queue's errors into
+// the dispatcher's (a *mergequeue.RetryError into RetryAfter,
+// mergequeue.ErrInvalidEvent into Permanent). The server subscribes it;
+// so can a stack wired by hand (tests).
+func MergeQueueHandler(q *mergequeue.Queue) EventHandler { return mergeQueueHandler{q} }
 
-func (f mergeQueueFeature) Events() []string { return f.q.Events() }
+type mergeQueueHandler struct{ q *mergequeue.Queue }
 
-func (f mergeQueueFeature) HandleEvent(ctx context.Context, d Delivery) error {
-	err := f.q.HandleEvent(ctx, mergequeue.Event{
+func (h mergeQueueHandler) Events() []string { return h.q.Events() }
+
+func (h mergeQueueHandler) HandleEvent(ctx context.Context, d Delivery) error {
+	err := h.q.HandleEvent(ctx, mergequeue.Event{
 		DeliveryID:     d.ID,
 		Name:           d.Event,
 		Action:         d.Action,
@@ -57,10 +61,6 @@ func (f mergeQueueFeature) HandleEvent(ctx context.Context, d Delivery) error {
 	}
 	return err
 }
-
-// OnOperationFinished tells the queue what became of its operations (a
-// merge that succeeded or was refused).
-func (f mergeQueueFeature) OnOperationFinished(rec schema.Record) { f.q.OnOperationFinished(rec) }
 
 // startMergeQueue builds the merge queue, subscribes it and mounts its
 // routes. It runs before the event dispatcher starts.
@@ -96,9 +96,10 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mq := mergeQueueFeature{q}
-	s.dispatcher.Subscribe("mergequeue", mq)
-	s.finished = append(s.finished, mq.OnOperationFinished)
+	s.dispatcher.Subscribe("mergequeue", MergeQueueHandler(q))
+	// The queue learns what became of its operations (a merge that
+	// succeeded or was refused).
+	s.finished = append(s.finished, q.OnOperationFinished)
 	s.api.HandleAuthenticated("/v1/repos/", mergequeue.NewHandler(q, s.authorizeRepository))
 	if err := q.Start(ctx); err != nil {
 		return err

@@ -112,7 +112,7 @@
 //		GitHub: clients.Installation, Installations: installations,
 //		Logger: log, Registerer: reg})
 //	// executor.Config.OnFinished: q.OnOperationFinished
-//	// the event dispatcher: subscribe a handler for q.Events() that calls
+//	// the event dispatcher: subscribe app.MergeQueueHandler(q), which calls
 //	// q.HandleEvent with the delivery (ID, event, action, installation,
 //	// repository, payload), turning a *RetryError into app.RetryAfter and
 //	// ErrInvalidEvent into app.Permanent

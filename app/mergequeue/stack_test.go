@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -69,23 +68,6 @@ type stackOptions struct {
 	// noWorkers leaves the operations the queue submits in the queue
 	// (JetStream), unprocessed: for tests about the queue's own state.
 	noWorkers bool
-}
-
-// eventHandler adapts the queue to the event dispatcher, as the server's
-// wiring does.
-func eventHandler(q *mergequeue.Queue) app.EventHandler {
-	return app.EventHandlerFunc{On: q.Events(), Func: func(ctx context.Context, d app.Delivery) error {
-		err := q.HandleEvent(ctx, mergequeue.Event{DeliveryID: d.ID, Name: d.Event, Action: d.Action,
-			InstallationID: d.InstallationID, Repository: d.Repository, Payload: d.Payload})
-		var re *mergequeue.RetryError
-		switch {
-		case errors.As(err, &re):
-			return app.RetryAfter(re.After, err)
-		case errors.Is(err, mergequeue.ErrInvalidEvent):
-			return app.Permanent(err)
-		}
-		return err
-	}}
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -175,7 +157,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	disp, err := app.NewEventDispatcher(app.EventDispatcherConfig{Ledger: s.ledger, Workers: 32, Logger: log,
 		RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	must(err)
-	must(disp.Subscribe("mergequeue", eventHandler(mq)))
+	must(disp.Subscribe("mergequeue", app.MergeQueueHandler(mq)))
 	must(disp.Start(ctx))
 	stops = append(stops, disp.Stop)
 	recv, err := app.NewWebhookReceiver(app.WebhookConfig{Ledger: s.ledger, Secret: webhookSecret, Logger: log})
