@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
@@ -711,7 +712,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	served := map[string]bool{"GET /metrics": true}
 	// The merge queue's routes are mounted by the server; their responses
 	// are validated in TestServerMergeQueue.
-	for _, rt := range mergeQueueRoutes {
+	for _, rt := range mergequeue.Routes() {
 		served[rt] = true
 	}
 	for _, rt := range api.routeList() {

@@ -9,15 +9,6 @@ import (
 	"github.com/baton-dev/baton/schema"
 )
 
-// mergeQueueRoutes are the routes mergequeue.NewHandler serves under
-// /v1/repos/, as the OpenAPI description names them.
-var mergeQueueRoutes = []string{
-	"GET /v1/repos/{owner}/{repo}/queue",
-	"GET /v1/repos/{owner}/{repo}/queue/events",
-	"GET /v1/repos/{owner}/{repo}/queue/audit",
-	"POST /v1/repos/{owner}/{repo}/queue/reconcile",
-}
-
 // MergeQueueConfig is what an operator sets of the merge queue
 // (mergequeue.Config's fields of the same names).
 type MergeQueueConfig struct {

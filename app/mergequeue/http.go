@@ -50,14 +50,23 @@ type AuditLogBody struct {
 func NewHandler(q *Queue, authorize func(r *http.Request, owner, repo string) error) http.Handler {
 	h := &handler{q: q, authorize: authorize}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue", h.route(http.MethodGet, h.entries))
-	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/events", h.route(http.MethodGet, h.events))
-	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/audit", h.route(http.MethodGet, h.audit))
-	mux.HandleFunc("/v1/repos/{owner}/{repo}/queue/reconcile", h.route(http.MethodPost, h.reconcile))
+	for _, rt := range h.routes() {
+		mux.HandleFunc(rt.pattern, h.route(rt.method, rt.fn))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, schema.Errorf(schema.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// Routes lists the routes NewHandler serves, as "METHOD pattern" (GET
+// routes answer HEAD too).
+func Routes() []string {
+	var out []string
+	for _, rt := range (&handler{}).routes() {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
 }
 
 type handler struct {
@@ -66,6 +75,21 @@ type handler struct {
 }
 
 type repoHandler func(w http.ResponseWriter, r *http.Request, owner, repo string)
+
+type repoRoute struct {
+	method, pattern string
+	fn              repoHandler
+}
+
+// routes are the routes of NewHandler and Routes.
+func (h *handler) routes() []repoRoute {
+	return []repoRoute{
+		{http.MethodGet, "/v1/repos/{owner}/{repo}/queue", h.entries},
+		{http.MethodGet, "/v1/repos/{owner}/{repo}/queue/events", h.events},
+		{http.MethodGet, "/v1/repos/{owner}/{repo}/queue/audit", h.audit},
+		{http.MethodPost, "/v1/repos/{owner}/{repo}/queue/reconcile", h.reconcile},
+	}
+}
 
 func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
