@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/baton-dev/baton/app/mergequeue"
@@ -19,6 +20,15 @@ type MergeQueueConfig struct {
 	RequiredChecks []string
 	// MergeMethod is merge, squash or rebase. Defaults to merge.
 	MergeMethod string
+}
+
+// check refuses the settings mergequeue.New would refuse, so that a bad
+// one fails NewServer, before anything is opened, rather than Start.
+func (c MergeQueueConfig) check() error {
+	if err := mergequeue.CheckSettings(c.Label, c.RequiredChecks, c.MergeMethod); err != nil {
+		return fmt.Errorf("merge queue: %w", err)
+	}
+	return nil
 }
 
 // MergeQueueHandler is the event handler of the merge queue q: it turns

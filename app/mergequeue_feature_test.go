@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,24 @@ func TestServerMergeQueueSettings(t *testing.T) {
 		if a.PRNumber == 3 {
 			t.Errorf("#3, labeled baton:queue, is in the queue's audit: %+v", a)
 		}
+	}
+}
+
+// Settings the merge queue would refuse fail NewServer, before anything
+// is opened.
+func TestNewServerChecksMergeQueueSettings(t *testing.T) {
+	t.Parallel()
+	for _, mq := range []MergeQueueConfig{
+		{Label: strings.Repeat("l", 51)},
+		{RequiredChecks: []string{"ci", "baton/queue"}},
+		{RequiredChecks: []string{" "}},
+		{MergeMethod: "octopus"},
+	} {
+		if _, err := NewServer(Config{DataDir: t.TempDir(), MergeQueue: mq}); err == nil || !strings.HasPrefix(err.Error(), "merge queue: ") {
+			t.Errorf("%+v: %v", mq, err)
+		}
+	}
+	if _, err := NewServer(Config{DataDir: t.TempDir(), MergeQueue: MergeQueueConfig{Label: "ship-it", RequiredChecks: []string{"lint"}, MergeMethod: "squash"}}); err != nil {
+		t.Error(err)
 	}
 }

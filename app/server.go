@@ -87,7 +87,7 @@ type Config struct {
 
 	// MergeQueue configures the merge queue: its label, the checks its
 	// gate requires and its merge method. Zero values take the queue's
-	// defaults.
+	// defaults; NewServer refuses settings the queue would.
 	MergeQueue MergeQueueConfig
 
 	// Dev starts a GitHub simulator in this process on a loopback port,
@@ -158,6 +158,9 @@ func NewServer(cfg Config) (*Server, error) {
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if err := cfg.MergeQueue.check(); err != nil {
+		return nil, err
 	}
 	if cfg.Workers < 1 || cfg.Workers > 4096 {
 		return nil, fmt.Errorf("workers must be between 1 and 4096, not %d", cfg.Workers)

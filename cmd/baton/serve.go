@@ -254,7 +254,8 @@ func (o *serveOptions) config() (app.Config, error) {
 	return cfg, nil
 }
 
-// mergeQueue checks the merge queue's flags.
+// mergeQueue reads the merge queue's flags; app.NewServer refuses the
+// settings the queue would.
 func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
 	mq := app.MergeQueueConfig{Label: strings.TrimSpace(o.mqLabel), MergeMethod: o.mqMethod}
 	if mq.Label == "" {
@@ -273,9 +274,6 @@ func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
 	}
 	if !slices.Contains(mergequeue.MergeMethods, mq.MergeMethod) {
 		return mq, fmt.Errorf("--merge-queue-method must be merge, squash or rebase, not %q", mq.MergeMethod)
-	}
-	if err := mergequeue.CheckSettings(mq.Label, mq.RequiredChecks, mq.MergeMethod); err != nil {
-		return mq, fmt.Errorf("merge queue: %w", err)
 	}
 	return mq, nil
 }
