@@ -33,8 +33,8 @@ package app
 //
 // # Errors
 //
-// Errors are {"error": {"code", "message", "details"}}; apiStatus is the
-// one table from codes to HTTP statuses. Anything without a code is
+// Errors are {"error": {"code", "message", "details"}}; schema.HTTPStatus
+// is the one table from codes to HTTP statuses. Anything without a code is
 // internal: logged once, shown as "internal error". Bodies are limited to
 // APIConfig.MaxBodyBytes (413 payload_too_large) and decoded strictly:
 // unknown fields, trailing data and wrong types are invalid_request.

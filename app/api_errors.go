@@ -15,21 +15,6 @@ import (
 	"github.com/baton-dev/baton/schema"
 )
 
-// apiStatus is the one table from error codes to HTTP statuses. A code
-// that is not here is answered as internal.
-var apiStatus = map[schema.Code]int{
-	schema.CodeInvalidRequest:      http.StatusBadRequest,
-	schema.CodeUnauthorized:        http.StatusUnauthorized,
-	schema.CodeForbidden:           http.StatusForbidden,
-	schema.CodeNotFound:            http.StatusNotFound,
-	schema.CodeIdempotencyConflict: http.StatusUnprocessableEntity,
-	schema.CodeAlreadyTerminal:     http.StatusConflict,
-	schema.CodeLeaseHeld:           http.StatusConflict,
-	schema.CodeLeaseLost:           http.StatusConflict,
-	schema.CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
-	schema.CodeInternal:            http.StatusInternalServerError,
-}
-
 // APIErrorBody is the body of every error the API answers.
 type APIErrorBody struct {
 	Error APIError `json:"error"`
@@ -66,7 +51,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		err = a.tooLarge()
 	}
 	code := schema.ErrorCode(err)
-	status, ok := apiStatus[code]
+	status, ok := schema.HTTPStatus(code)
 	if !ok {
 		code, status = schema.CodeInternal, http.StatusInternalServerError
 	}

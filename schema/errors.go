@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Code classifies an error a user can act on. Codes are part of the API:
@@ -22,6 +23,30 @@ const (
 	CodePayloadTooLarge     Code = "payload_too_large"
 	CodeInternal            Code = "internal"
 )
+
+// httpStatus is the one table from error codes to the HTTP statuses
+// baton's API answers them with; the API and the merge queue's routes both
+// read it.
+var httpStatus = map[Code]int{
+	CodeInvalidRequest:      http.StatusBadRequest,
+	CodeUnauthorized:        http.StatusUnauthorized,
+	CodeForbidden:           http.StatusForbidden,
+	CodeNotFound:            http.StatusNotFound,
+	CodeIdempotencyConflict: http.StatusUnprocessableEntity,
+	CodeAlreadyTerminal:     http.StatusConflict,
+	CodeLeaseHeld:           http.StatusConflict,
+	CodeLeaseLost:           http.StatusConflict,
+	CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	CodeInternal:            http.StatusInternalServerError,
+}
+
+// HTTPStatus returns the HTTP status an error with code c is answered
+// with; ok is false for a code baton does not define, which is answered
+// as internal.
+func HTTPStatus(c Code) (status int, ok bool) {
+	status, ok = httpStatus[c]
+	return status, ok
+}
 
 // Error is an error with a code, a message fit for a user, and optional
 // details (for example the existing operationId of an idempotency

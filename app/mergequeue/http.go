@@ -12,16 +12,6 @@ import (
 	"github.com/baton-dev/baton/schema"
 )
 
-// statusOf maps error codes to HTTP statuses, as baton's API does.
-var statusOf = map[schema.Code]int{
-	schema.CodeInvalidRequest: http.StatusBadRequest,
-	schema.CodeUnauthorized:   http.StatusUnauthorized,
-	schema.CodeForbidden:      http.StatusForbidden,
-	schema.CodeNotFound:       http.StatusNotFound,
-	schema.CodeLeaseHeld:      http.StatusConflict,
-	schema.CodeLeaseLost:      http.StatusConflict,
-}
-
 // EventLogBody is the answer of GET …/queue/events.
 type EventLogBody struct {
 	Repository string        `json:"repository"`
@@ -191,12 +181,13 @@ func errorBody(code schema.Code, msg string, details map[string]any) map[string]
 	return map[string]any{"error": e}
 }
 
-// fail answers err with its code's status; an error without a code is
-// logged and answered as internal.
+// fail answers err with its code's status (schema.HTTPStatus, as the API
+// does); an error without a code, or an internal one, is logged and
+// answered as internal.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := schema.ErrorCode(err)
-	status, ok := statusOf[code]
-	if !ok {
+	status, ok := schema.HTTPStatus(code)
+	if !ok || code == schema.CodeInternal {
 		h.q.log.Error("merge queue API error", zap.String(logEvent, "mergequeue.api_error"),
 			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
 		h.write(w, http.StatusInternalServerError, errorBody(schema.CodeInternal, "internal error", nil))
