@@ -207,6 +207,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	s.onStop(func(context.Context) error { return unlock() })
 	// Listen first: a taken address fails before anything else starts.
 	s.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

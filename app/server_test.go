@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"net"
@@ -330,6 +331,39 @@ func TestServerConfigErrors(t *testing.T) {
 		_ = other.Stop(context.Background())
 	} else if errors.Is(err, context.Canceled) {
 		t.Error(err)
+	}
+}
+
+// A second server on a data directory another serves from is refused
+// before it opens anything, naming the holder; once the first stops, the
+// directory can be served again.
+func TestServerDataDirLocked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := NewServer(Config{DataDir: dir, Listen: "127.0.0.1:0", PublicURL: "https://baton.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewServer(Config{DataDir: dir, Listen: "127.0.0.1:0", PublicURL: "https://baton.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Start(context.Background())
+	if !errors.Is(err, errDataDirLocked) {
+		t.Fatalf("second server on %s: %v, want %v", dir, err, errDataDirLocked)
+	}
+	if want := fmt.Sprintf("(process %d)", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the holder %s", err, want)
+	}
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	third := startServer(t, Config{DataDir: dir, PublicURL: "https://baton.example.com"})
+	if third.Addr() == "" {
+		t.Error("third server has no address")
 	}
 }
 

@@ -59,7 +59,8 @@ func serveCmd(o *serveOptions) *cobra.Command {
 JetStream queue and the workers that carry operations out on GitHub.
 
 Data (the SQLite database, the JetStream store, the App's credentials) lives
-in --data. Without App credentials (flags, or stored by the setup flow) baton
+in --data; one server at a time serves a data directory (a second is refused,
+naming the first's process). Without App credentials (flags, or stored by the setup flow) baton
 serves the setup page at /setup and runs no operations until it is restarted
 as the App.
 
