@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The resource types baton knows. Operations act on the first four;
@@ -167,6 +168,11 @@ func validRefName(ref string) error {
 	}
 	if len(ref) > 255 {
 		return Invalidf("resource.id: ref longer than 255 characters")
+	}
+	if !utf8.ValidString(ref) {
+		// Over HTTP the strict decoder refuses such a string first; this
+		// catches callers in the process (webhook rules, the merge queue).
+		return Invalidf("resource.id: a ref name must be valid UTF-8")
 	}
 	bad := rest[0] == '/' || rest[len(rest)-1] == '/' || rest[len(rest)-1] == '.' ||
 		strings.Contains(rest, "..") || strings.Contains(rest, "//") ||

@@ -78,6 +78,10 @@ func TestSubmissionValidate(t *testing.T) {
 			s.Action, s.Resource = ActionUpdateRef, Resource{ResourceRef, "octo/app:heads/a..b"}
 			s.Payload = json.RawMessage(`{"sha":"` + sha + `"}`)
 		}, CodeInvalidRequest, "ref name"},
+		{"ref bad utf8", func(s *Submission) {
+			s.Action, s.Resource = ActionUpdateRef, Resource{ResourceRef, "octo/app:heads/a\xffb"}
+			s.Payload = json.RawMessage(`{"sha":"` + sha + `"}`)
+		}, CodeInvalidRequest, "UTF-8"},
 		{"ref not heads", func(s *Submission) {
 			s.Action, s.Resource = ActionUpdateRef, Resource{ResourceRef, "octo/app:main"}
 			s.Payload = json.RawMessage(`{"sha":"` + sha + `"}`)
