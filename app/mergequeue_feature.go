@@ -97,7 +97,9 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.dispatcher.Subscribe("mergequeue", MergeQueueHandler(q))
+	if err := s.dispatcher.Subscribe("mergequeue", MergeQueueHandler(q)); err != nil {
+		return err
+	}
 	// The queue learns what became of its operations (a merge that
 	// succeeded or was refused).
 	s.finished = append(s.finished, q.OnOperationFinished)

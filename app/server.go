@@ -281,7 +281,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	s.dispatcher.Subscribe("installations", s.installs)
+	if err := s.dispatcher.Subscribe("installations", s.installs); err != nil {
+		return err
+	}
 
 	// The executor.
 	pacing := cfg.Pacing == nil || *cfg.Pacing
