@@ -116,6 +116,8 @@ type Installations struct {
 	// resync's snapshot cannot overwrite a newer event.
 	mu sync.Mutex
 
+	cache repoCache // InstallationOf's answers
+
 	lifeMu  sync.Mutex
 	started bool
 	stopped bool
@@ -205,24 +207,28 @@ func (in *Installations) Stop(ctx context.Context) error {
 // ("installation N is suspended", matching ErrInstallationUnavailable).
 func (in *Installations) InstallationOf(ctx context.Context, owner, repo string) (int64, error) {
 	full := owner + "/" + repo
-	var (
-		id        int64
-		suspended bool
-	)
-	err := in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM installation_repositories r
-		JOIN installations i ON i.id = r.installation_id
-		WHERE r.name_key = ? AND i.deleted_at IS NULL`, strings.ToLower(full)).Scan(&id, &suspended)
-	if errors.Is(err, sql.ErrNoRows) {
+	key := strings.ToLower(full)
+	gen := in.cache.gen.Load()
+	a, ok := in.cache.get(key, gen)
+	if !ok {
+		a = repoAnswer{gen: gen}
+		err := in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM installation_repositories r
+			JOIN installations i ON i.id = r.installation_id
+			WHERE r.name_key = ? AND i.deleted_at IS NULL`, key).Scan(&a.id, &a.suspended)
+		a.missing = errors.Is(err, sql.ErrNoRows)
+		if err != nil && !a.missing {
+			return 0, fmt.Errorf("app: look up the installation of %s: %w", full, err)
+		}
+		in.cache.put(key, a)
+	}
+	if a.missing {
 		return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s", full)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("app: look up the installation of %s: %w", full, err)
+	if a.suspended {
+		return 0, &schema.Error{Code: schema.CodeForbidden, Message: fmt.Sprintf("installation %d is suspended", a.id),
+			Err: &InstallationUnavailableError{ID: a.id, Reason: "suspended"}}
 	}
-	if suspended {
-		return 0, &schema.Error{Code: schema.CodeForbidden, Message: fmt.Sprintf("installation %d is suspended", id),
-			Err: &InstallationUnavailableError{ID: id, Reason: "suspended"}}
-	}
-	return id, nil
+	return a.id, nil
 }
 
 // Installation returns an installation. A suspended or removed

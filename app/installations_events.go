@@ -122,7 +122,7 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	)
 	switch {
 	case d.Event == "installation" && p.Action == "deleted":
-		err = in.db.Write(ctx, func(tx *sqlite.Tx) error {
+		err = in.write(ctx, func(tx *sqlite.Tx) error {
 			var err error
 			if removed, err = markDeletedTx(tx, s.id, now); err != nil || removed {
 				return err
@@ -141,7 +141,7 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 		case "unsuspend":
 			s.suspended = false
 		}
-		err = in.db.Write(ctx, func(tx *sqlite.Tx) error {
+		err = in.write(ctx, func(tx *sqlite.Tx) error {
 			var err error
 			if c, err = in.upsertTx(tx, s, now); err != nil {
 				return err
@@ -152,7 +152,7 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 			return nil
 		})
 	case d.Event == "installation_repositories":
-		err = in.db.Write(ctx, func(tx *sqlite.Tx) error {
+		err = in.write(ctx, func(tx *sqlite.Tx) error {
 			var err error
 			if c, err = in.upsertTx(tx, s, now); err != nil {
 				return err
@@ -209,7 +209,7 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		return nil // the resync will learn of the installation, with its repositories
 	}
 	now := in.cfg.Now()
-	err := in.db.Write(ctx, func(tx *sqlite.Tx) error {
+	err := in.write(ctx, func(tx *sqlite.Tx) error {
 		if p.Action == "renamed" && repo.id != 0 {
 			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND repository_id = ?`, id, repo.id); err != nil {
 				return err

@@ -64,7 +64,7 @@ func (in *Installations) Resync(ctx context.Context) error {
 
 	in.mu.Lock()
 	var removed []int64
-	err := in.db.Write(ctx, func(tx *sqlite.Tx) error {
+	err := in.write(ctx, func(tx *sqlite.Tx) error {
 		removed = removed[:0]
 		rows, err := tx.Query(`SELECT id FROM installations WHERE deleted_at IS NULL AND updated_at < ?`, started.UnixMicro())
 		if err != nil {
@@ -128,7 +128,7 @@ func (in *Installations) resyncOne(ctx context.Context, s installationState) (in
 		haveRepos = reposErr == nil
 	}
 	var c installationChange
-	err := in.db.Write(ctx, func(tx *sqlite.Tx) error {
+	err := in.write(ctx, func(tx *sqlite.Tx) error {
 		var err error
 		if c, err = in.upsertTx(tx, s, in.cfg.Now()); err != nil {
 			return err
