@@ -104,3 +104,66 @@ func TestLeavingCancelsMerge(t *testing.T) {
 		})
 	}
 }
+
+// A pull request that leaves the queue while its merge's call to GitHub is
+// in flight: the merge is asked to stop, but the call is not interrupted
+// and GitHub merges. The audit log then says both: that it left, with its
+// running merge asked to stop, and that baton merged it after all.
+func TestLeavingWhileMergeRuns(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "leave-running"
+	s.repo(t, repo, 1, []string{"ci"})
+	sha := s.pull(t, repo, 1).HeadSHA
+	// GitHub takes 5 s to answer the merge; the label goes meanwhile.
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "PUT /repos/octo/" + repo + "/pulls/{number}/merge",
+		Kind: ghsim.FaultLatency, Latency: 5 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	// The fault goes once it fired: the merge's call has reached GitHub.
+	waitFor(t, 15*time.Second, "the merge's call in flight", func() bool { return len(s.sim.Faults()) == 0 })
+	if err := s.sim.RemoveLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 out of the queue", func() bool {
+		_, in := s.entryOf(t, repo, 1)
+		return !in && len(auditOf(s.audit(t, repo), mergequeue.AuditLeave)) == 1
+	})
+	ops := s.mergeOps(t, repo, 1)
+	if len(ops) != 1 || !ops[0].CancellationRequested {
+		t.Fatalf("merge operations of #1 when it left: %+v", ops)
+	}
+	if p := s.pull(t, repo, 1); p.Merged {
+		t.Fatal("#1 merged before it left: the call was not in flight")
+	}
+
+	rec := s.mergeOp(t, repo, 1, sha)
+	if rec.Status != schema.StatusSucceeded {
+		t.Fatalf("merge of #1: %s %s", rec.Status, rec.LastErrorCategory)
+	}
+	if p := s.pull(t, repo, 1); !p.Merged {
+		t.Fatal("#1 not merged")
+	}
+	if m := s.mergeEffects(repo); len(m) != 1 {
+		t.Errorf("merges: %+v", m)
+	}
+	waitFor(t, 15*time.Second, "the merge audited", func() bool {
+		return len(auditOf(s.audit(t, repo), mergequeue.AuditMerge)) == 1
+	})
+	a := s.audit(t, repo)
+	if l := auditOf(a, mergequeue.AuditLeave); len(l) != 1 || !strings.Contains(l[0].Detail, "asked to stop") {
+		t.Errorf("leave audit rows: %+v", l)
+	}
+	if m := auditOf(a, mergequeue.AuditMerge); len(m) != 1 || m[0].SHA != sha || !strings.Contains(m[0].Detail, "already running when it left") {
+		t.Errorf("merge audit rows: %+v", m)
+	}
+	if _, in := s.entryOf(t, repo, 1); in {
+		t.Error("#1 back in the queue")
+	}
+}
