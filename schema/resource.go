@@ -137,10 +137,18 @@ func ParseResourceKey(key string) (Resource, Target, error) {
 	return CanonicalResource(Resource{Type: typ, ID: id})
 }
 
+// ValidRepository reports whether owner and name can name a GitHub
+// repository: GitHub's rules for account and repository names, loosely
+// (an owner may hold '_', as the accounts of Enterprise Managed Users do).
+// It is what must be refused before GitHub is asked.
+func ValidRepository(owner, name string) bool {
+	return ownerRe.MatchString(owner) && repoRe.MatchString(name) && name != "." && name != ".."
+}
+
 // parseRepo checks "owner/name" and returns both in lower case.
 func parseRepo(s string) (Target, error) {
 	owner, name, ok := strings.Cut(s, "/")
-	if !ok || !ownerRe.MatchString(owner) || !repoRe.MatchString(name) || name == "." || name == ".." {
+	if !ok || !ValidRepository(owner, name) {
 		return Target{}, Invalidf("resource.id: %q is not a repository (owner/name)", truncate(s, 80))
 	}
 	// The patterns admit ASCII only, so this lower-casing is the whole of

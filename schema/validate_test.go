@@ -255,6 +255,20 @@ func TestParseResourceKey(t *testing.T) {
 
 func sha40(c string) string { return strings.Repeat(c, 40) }
 
+func TestValidRepository(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		owner, name string
+		ok          bool
+	}{{"octo", "demo", true}, {"o-c-t-o", "my.repo_x", true}, {"octocat_acme", "demo", true}, {"-octo", "demo", false},
+		{"octo", "..", false}, {"octo", ".", false}, {"octo", "a/b", false}, {"", "demo", false}, {"octo", "", false},
+		{strings.Repeat("o", 40), "demo", false}, {"octo", strings.Repeat("r", 101), false}, {"oct o", "demo", false}} {
+		if ValidRepository(c.owner, c.name) != c.ok {
+			t.Errorf("ValidRepository(%q, %q) != %v", c.owner, c.name, c.ok)
+		}
+	}
+}
+
 func TestMigrationsNumbered(t *testing.T) {
 	t.Parallel()
 	ms, err := Migrations()

@@ -89,7 +89,7 @@ func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
 			return
 		}
 		owner, repo := r.PathValue("owner"), r.PathValue("repo")
-		if !ValidRepository(owner, repo) {
+		if !schema.ValidRepository(owner, repo) {
 			h.fail(w, r, schema.Invalidf("%q is not a repository (OWNER/REPO)", owner+"/"+repo))
 			return
 		}

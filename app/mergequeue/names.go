@@ -3,7 +3,6 @@ package mergequeue
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -12,22 +11,9 @@ import (
 	"github.com/baton-dev/baton/schema"
 )
 
-// GitHub's rules for account and repository names, loosely: the queue
-// only needs to refuse what cannot be a repository before it asks.
-var (
-	ownerRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$`)
-	repoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-)
-
-// ValidRepository reports whether owner and name can name a GitHub
-// repository.
-func ValidRepository(owner, name string) bool {
-	return ownerRE.MatchString(owner) && repoRE.MatchString(name) && name != "." && name != ".."
-}
-
 func splitFullName(full string) (owner, name string, ok bool) {
 	owner, name, ok = strings.Cut(full, "/")
-	if !ok || !ValidRepository(owner, name) {
+	if !ok || !schema.ValidRepository(owner, name) {
 		return "", "", false
 	}
 	return owner, name, true

@@ -39,15 +39,6 @@ func TestNames(t *testing.T) {
 		long == opKey("delivery:1234", "status", "#4@"+strings.Repeat("a", 300), "3") || !strings.HasPrefix(long, "delivery:1234:mergequeue:sha256:") {
 		t.Errorf("long opKey: %s", long)
 	}
-	for _, c := range []struct {
-		owner, name string
-		ok          bool
-	}{{"octo", "demo", true}, {"o-c-t-o", "my.repo_x", true}, {"-octo", "demo", false}, {"octo", "..", false},
-		{"octo", "a/b", false}, {"", "demo", false}, {strings.Repeat("o", 40), "demo", false}} {
-		if ValidRepository(c.owner, c.name) != c.ok {
-			t.Errorf("ValidRepository(%q, %q) != %v", c.owner, c.name, c.ok)
-		}
-	}
 	for in, want := range map[string]string{"héllo wörld": "hé…", "hé": "hé", "éééé": "é…"} {
 		if got := truncate(in, 6); got != want {
 			t.Errorf("truncate(%q, 6) = %q, want %q", in, got, want)

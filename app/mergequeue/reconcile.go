@@ -88,7 +88,7 @@ func (q *Queue) reconcile(ctx context.Context, inst int64, owner, repo string, c
 	}()
 	rep = Report{Repository: owner + "/" + repo, InstallationID: inst, Joined: []int{}, Left: []int{}, Merged: []int{},
 		Reevaluated: []int{}, Bounced: []int{}, BouncedCleared: []int{}, LabelRemovals: []int{}}
-	if !ValidRepository(owner, repo) {
+	if !schema.ValidRepository(owner, repo) {
 		return rep, schema.Invalidf("%q is not a repository name", owner+"/"+repo)
 	}
 	if inst <= 0 {
