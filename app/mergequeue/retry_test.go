@@ -51,10 +51,7 @@ func TestTransientMergeFailureRetried(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "#1 merged, and out of the queue", func() bool {
-		_, queued := s.entryOf(t, repo, 1)
-		return s.pull(t, repo, 1).Merged && !queued
-	})
+	waitFor(t, 20*time.Second, "#1 merged, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 0 {
 		t.Errorf("bounced: %q", c)
 	}
@@ -140,10 +137,7 @@ func TestRefusedMergeRequeuedGetsNewMerge(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "#1 merged after joining again, and out of the queue", func() bool {
-		_, queued := s.entryOf(t, repo, 1)
-		return s.pull(t, repo, 1).Merged && !queued
-	})
+	waitFor(t, 15*time.Second, "#1 merged after joining again, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments", len(c))
 	}
@@ -194,6 +188,20 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments: %q", len(c), c)
 	}
+}
+
+// mergedAndOut reports whether pull request n is merged and its entry has
+// left the queue. It reads the pull request first: an entry missing before
+// the merge (not joined yet) would otherwise pass for one removed after it
+// when the whole join, gate and merge happen between the two reads. Read
+// in this order, the entry's absence follows the merge, and the merge's
+// audit row is written in the transaction that removed it.
+func (s *stack) mergedAndOut(t tester, repo string, n int) bool {
+	if !s.pull(t, repo, n).Merged {
+		return false
+	}
+	_, queued := s.entryOf(t, repo, n)
+	return !queued
 }
 
 // settledMergeOps is mergeOps once the newest is terminal: GitHub merges
