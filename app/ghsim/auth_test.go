@@ -3,6 +3,7 @@ package ghsim
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -224,4 +225,34 @@ func TestSuspendedAndDeletedInstallations(t *testing.T) {
 	}
 	_, _, err = e.appClient().Apps.GetInstallation(c, 1)
 	wantStatus(t, err, http.StatusNotFound)
+}
+
+// Narrower permissions accepted for an installation apply to the tokens
+// issued after: here, without administration, branch protection's
+// required checks are refused.
+func TestInstallationPermissionsChanged(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	if err := e.sim.SetRequiredChecks("octo", "demo", "main", []string{"ci"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.client(1).Repositories.GetRequiredStatusChecks(c, "octo", "demo", "main"); err != nil {
+		t.Fatalf("with administration:read: %v", err)
+	}
+	perms := map[string]string{"contents": "write", "issues": "write", "metadata": "read", "pull_requests": "write"}
+	if err := e.sim.SetInstallationPermissions(1, perms); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := e.client(1).Repositories.GetRequiredStatusChecks(c, "octo", "demo", "main")
+	wantStatus(t, err, http.StatusForbidden)
+	if _, _, err := e.client(1).Issues.Get(c, "octo", "demo", 10); err != nil {
+		t.Errorf("issues:write still reads issues: %v", err)
+	}
+	if err := e.sim.SetInstallationPermissions(1, map[string]string{"issues": "sometimes"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a bad level: %v", err)
+	}
+	if err := e.sim.SetInstallationPermissions(99, perms); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an unknown installation: %v", err)
+	}
 }

@@ -67,6 +67,27 @@ func (s *Sim) newInstallationLocked(id int64, account string) *installation {
 	return inst
 }
 
+// SetInstallationPermissions replaces the permissions installation id
+// grants (as when an owner accepts narrower ones): tokens issued from then
+// on carry them, tokens issued before keep theirs, as on GitHub. Levels are
+// "read" and "write" (and "admin").
+func (s *Sim) SetInstallationPermissions(id int64, perms map[string]string) error {
+	for name, level := range perms {
+		if name == "" || permLevel(level) == 0 {
+			return fmt.Errorf("ghsim: permission %q: %q: %w", name, level, ErrInvalid)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, ok := s.installations[id]
+	if !ok {
+		return fmt.Errorf("ghsim: installation %d: %w", id, ErrNotFound)
+	}
+	inst.permissions = maps.Clone(perms)
+	inst.updatedAt = s.now()
+	return nil
+}
+
 // DeleteInstallation uninstalls the App from installation id: its tokens
 // stop working, its repositories become unreachable, and installation
 // "deleted" is emitted.

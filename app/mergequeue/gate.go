@@ -8,9 +8,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/executor"
 )
 
 // checkState is the state of one check (a check run by name, or a status
@@ -123,9 +126,11 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 	switch {
 	case errors.Is(err, github.ErrBranchNotProtected), err != nil && resp != nil && resp.StatusCode == http.StatusNotFound:
 		req = nil
-	case err != nil && resp != nil && resp.StatusCode == http.StatusForbidden && !isRateLimit(err):
+	case err != nil && executor.Classify(err, time.Now()).Category == executor.CategoryForbidden:
 		// The installation may not read branch protection (the App lacks
-		// administration:read): every reported check counts.
+		// administration:read): every reported check counts. A 403 that is
+		// a rate limit, one go-github does not recognise included, or a
+		// suspension is not that: it fails the run, which is retried.
 		r.log.Warn("cannot read branch protection; every reported check counts", zap.String(logEvent, "mergequeue.protection_forbidden"),
 			zap.String("base", base))
 		req = nil
@@ -235,12 +240,4 @@ func (r *run) evaluate(e *entry) error {
 		}
 	}
 	return nil
-}
-
-// isRateLimit reports whether err is one of GitHub's rate limits (a 403
-// that says nothing about permissions).
-func isRateLimit(err error) bool {
-	var rl *github.RateLimitError
-	var ab *github.AbuseRateLimitError
-	return errors.As(err, &rl) || errors.As(err, &ab)
 }

@@ -68,6 +68,9 @@ type stackOptions struct {
 	// noWorkers leaves the operations the queue submits in the queue
 	// (JetStream), unprocessed: for tests about the queue's own state.
 	noWorkers bool
+	// permissions, when set, are what installation 1 grants instead of
+	// what baton asks for.
+	permissions map[string]string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -110,6 +113,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	must(s.sim.Start(ctx))
 	stops = append(stops, func(context.Context) error { return s.sim.Close() })
 	must(s.sim.SeedDemo())
+	if o.permissions != nil {
+		must(s.sim.SetInstallationPermissions(ghsim.DemoInstallationID, o.permissions))
+	}
 	s.gh, err = executor.NewGitHubClients(executor.GitHubConfig{BaseURL: s.sim.URL(), AppID: s.sim.AppID(), PrivateKey: s.sim.PrivateKeyPEM()})
 	must(err)
 	stops = append(stops, func(context.Context) error { s.gh.Close(); return nil })

@@ -1,0 +1,47 @@
+package mergequeue_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
+)
+
+// An installation that does not grant administration:read cannot read
+// branch protection: the gate then waits for every check reported on the
+// head, not only the required one, and merges once they all pass.
+func TestGateWithoutProtectionAccess(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{permissions: map[string]string{"checks": "read", "contents": "write", "issues": "write",
+		"metadata": "read", "pull_requests": "write", "statuses": "write"}})
+	const repo = "noadmin"
+	s.repo(t, repo, 1, []string{"ci"})
+	sha := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	lint, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "lint", HeadSHA: sha, Status: "in_progress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	// With protection readable, "ci" alone would let #1 merge now.
+	waitFor(t, 15*time.Second, "#1 waiting for lint", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.GateResult == mergequeue.GatePending && strings.Contains(e.GateDetail, "lint")
+	})
+	if p := s.pull(t, repo, 1); p.Merged {
+		t.Fatal("#1 merged while lint ran")
+	}
+	if err := s.sim.CompleteCheckRun("octo", repo, lint, "success"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 merged", func() bool { return s.mergedAndOut(t, repo, 1) })
+	if m := s.mergeEffects(repo); len(m) != 1 {
+		t.Errorf("merges: %+v", m)
+	}
+}
