@@ -62,8 +62,10 @@ func TestLeavingCancelsMerge(t *testing.T) {
 			}
 
 			tc.leave(t, repo)
-			waitFor(t, 15*time.Second, "the merge of #1 cancelled", func() bool {
-				return s.mergeOps(t, repo, 1)[0].Status == schema.StatusCancelled
+			// The run cancels the merge before it saves the queue's state
+			// (and its audit row) at its end: wait for both.
+			waitFor(t, 15*time.Second, "the merge of #1 cancelled, and the change audited", func() bool {
+				return s.mergeOps(t, repo, 1)[0].Status == schema.StatusCancelled && len(auditOf(s.audit(t, repo), tc.action)) > 0
 			})
 			if keep.Err() != nil {
 				t.Fatalf("the lease holding the merge was lost: %v", context.Cause(keep))
