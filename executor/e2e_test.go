@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -98,7 +99,8 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := cons.Stop(sctx); err != nil {
-			t.Errorf("consumer stop: %v", err)
+			buf := make([]byte, 1<<22)
+			t.Errorf("consumer stop: %v\n%s", err, buf[:runtime.Stack(buf, true)])
 		}
 		if err := exec.Stop(sctx); err != nil {
 			t.Errorf("executor stop: %v", err)
