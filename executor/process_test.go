@@ -596,7 +596,11 @@ func TestInstallationUnavailable(t *testing.T) {
 // installation's pace ends the wait: the call is not made.
 func TestCancelDuringPaceWait(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{exec: Config{Pacing: PacingConfig{MinInterval: 4 * time.Second, MaxInlineWait: 10 * time.Second}}})
+	// The second operation waits in memory for the rest of 8 s after the
+	// first's call: long enough that, on a loaded machine, it is still
+	// waiting when the test sees it running and cancels it (at 4 s it once
+	// was not).
+	s := newStack(t, stackOptions{exec: Config{Pacing: PacingConfig{MinInterval: 8 * time.Second, MaxInlineWait: 10 * time.Second}}})
 	first := s.submit(t, "pace-1", schema.ActionComment, issue(10), `{"body":"one"}`)
 	if got := s.await(t, first.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
 		t.Fatalf("first: %s", got.Status)
