@@ -131,8 +131,10 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 		// administration:read): every reported check counts. A 403 that is
 		// a rate limit, one go-github does not recognise included, or a
 		// suspension is not that: it fails the run, which is retried.
-		r.log.Warn("cannot read branch protection; every reported check counts", zap.String(logEvent, "mergequeue.protection_forbidden"),
-			zap.String("base", base))
+		if _, warned := r.q.protectionWarned.LoadOrStore(r.key+"@"+base, true); !warned {
+			r.log.Warn("cannot read branch protection; every reported check counts (logged once per base)",
+				zap.String(logEvent, "mergequeue.protection_forbidden"), zap.String("base", base))
+		}
 		req = nil
 	case err != nil:
 		return nil, fmt.Errorf("read the required checks of %s: %w", base, err)

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 )
@@ -14,8 +17,10 @@ import (
 // head, not only the required one, and merges once they all pass.
 func TestGateWithoutProtectionAccess(t *testing.T) {
 	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
 	s := newStack(t, stackOptions{permissions: map[string]string{"checks": "read", "contents": "write", "issues": "write",
-		"metadata": "read", "pull_requests": "write", "statuses": "write"}})
+		"metadata": "read", "pull_requests": "write", "statuses": "write"},
+		mq: func(c *mergequeue.Config) { c.Logger = zap.New(core) }})
 	const repo = "noadmin"
 	s.repo(t, repo, 1, []string{"ci"})
 	sha := s.pull(t, repo, 1).HeadSHA
@@ -43,5 +48,10 @@ func TestGateWithoutProtectionAccess(t *testing.T) {
 	waitFor(t, 15*time.Second, "#1 merged", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if m := s.mergeEffects(repo); len(m) != 1 {
 		t.Errorf("merges: %+v", m)
+	}
+	// Every run read the protection again and was refused; the operator
+	// is told once.
+	if n := logs.FilterMessageSnippet("cannot read branch protection").Len(); n != 1 {
+		t.Errorf("the refused protection read was logged %d times, want once", n)
 	}
 }

@@ -19,6 +19,11 @@ type Queue struct {
 
 	fin *finisher
 
+	// protectionWarned holds the "repository key@base" of the bases whose
+	// protection this process was refused, so that the warning is logged
+	// once per base, not on every run.
+	protectionWarned sync.Map
+
 	mu      sync.Mutex
 	started bool
 	stopped bool
