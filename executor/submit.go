@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/baton-dev/baton/schema"
@@ -43,7 +44,7 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 		CorrelationID:  s.CorrelationID,
 		InstallationID: s.InstallationID,
 		Status:         schema.StatusQueued,
-		MaxAttempts:    cmpOr(s.MaxAttempts, schema.DefaultMaxAttempts),
+		MaxAttempts:    cmp.Or(s.MaxAttempts, schema.DefaultMaxAttempts),
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
@@ -56,11 +57,4 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 		}
 	}
 	return rec, nil
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
