@@ -59,15 +59,12 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &se) {
 		status = se.status
 	}
-	if code == schema.CodeInternal && status == http.StatusServiceUnavailable {
+	if se != nil && code == schema.CodeInternal && status == http.StatusServiceUnavailable {
 		// A dependency is away for a while (errQueueUnavailable, the only
-		// internal error answered 503). An apiStatusError wraps a
-		// *schema.Error, so err has one: its message is baton's own words,
+		// internal error answered 503). Its message is baton's own words,
 		// never a cause's.
 		w.Header().Set("Retry-After", "5")
-		var e *schema.Error
-		errors.As(err, &e)
-		a.writeErrorBody(w, status, code, e.Message, nil)
+		a.writeErrorBody(w, status, code, se.err.Message, nil)
 		return
 	}
 	if code == schema.CodeInternal {

@@ -212,7 +212,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.onStop(func(context.Context) error { return unlock() })
-	// Listen first: a taken address fails before anything else starts.
+	// Listen next: a taken address fails before anything else opens.
 	s.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
