@@ -208,10 +208,9 @@ func (in *Installations) Stop(ctx context.Context) error {
 func (in *Installations) InstallationOf(ctx context.Context, owner, repo string) (int64, error) {
 	full := owner + "/" + repo
 	key := strings.ToLower(full)
-	gen := in.cache.gen.Load()
-	a, ok := in.cache.get(key, gen)
+	a, ok := in.cache.get(key)
 	if !ok {
-		a = repoAnswer{gen: gen}
+		gen := in.cache.gen.Load()
 		err := in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM installation_repositories r
 			JOIN installations i ON i.id = r.installation_id
 			WHERE r.name_key = ? AND i.deleted_at IS NULL`, key).Scan(&a.id, &a.suspended)
@@ -219,7 +218,7 @@ func (in *Installations) InstallationOf(ctx context.Context, owner, repo string)
 		if err != nil && !a.missing {
 			return 0, fmt.Errorf("app: look up the installation of %s: %w", full, err)
 		}
-		in.cache.put(key, a)
+		in.cache.put(key, a, gen)
 	}
 	if a.missing {
 		return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s", full)

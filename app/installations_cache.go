@@ -18,38 +18,40 @@ const repoCacheSize = 10_000
 // not read SQLite to learn its repository's installation. It is exact
 // rather than timed: every change to the registry goes through
 // Installations.write, which moves the generation on once its transaction
-// has ended, and an answer read under an older generation is never used.
+// has ended, and an answer read under an older generation is never kept.
 // The data directory's lock makes the serving process the registry's only
-// writer.
+// writer (on Unix, where the lock is taken).
 type repoCache struct {
 	gen atomic.Uint64
 	mu  sync.RWMutex
 	m   map[string]repoAnswer
 }
 
-// repoAnswer is what InstallationOf found for a repository under
-// generation gen: its installation and whether it is suspended, or that
-// no installation in force covers it.
+// repoAnswer is what InstallationOf found for a repository: its
+// installation and whether it is suspended, or that no installation in
+// force covers it.
 type repoAnswer struct {
-	gen       uint64
 	id        int64
 	suspended bool
 	missing   bool
 }
 
-// get returns the answer for key if it was read under generation gen.
-func (c *repoCache) get(key string, gen uint64) (repoAnswer, bool) {
+// get returns the answer kept for key. Every answer in the map was read
+// under the current generation: put keeps no other, and invalidate empties
+// the map as it moves the generation on.
+func (c *repoCache) get(key string) (repoAnswer, bool) {
 	c.mu.RLock()
 	a, ok := c.m[key]
 	c.mu.RUnlock()
-	return a, ok && a.gen == gen
+	return a, ok
 }
 
-// put keeps a, unless the registry changed since a was read.
-func (c *repoCache) put(key string, a repoAnswer) {
+// put keeps a, read under generation gen, unless the registry changed
+// since.
+func (c *repoCache) put(key string, a repoAnswer, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if a.gen != c.gen.Load() {
+	if gen != c.gen.Load() {
 		return
 	}
 	if c.m == nil || len(c.m) >= repoCacheSize {
