@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,7 +37,7 @@ func lockDataDir(dir string) (release func() error, err error) {
 	}
 	if !locked {
 		holder := ""
-		if b, err := os.ReadFile(path); err == nil {
+		if b, err := io.ReadAll(f); err == nil {
 			if pid, err := strconv.Atoi(string(bytes.TrimSpace(b))); err == nil && pid > 0 {
 				holder = fmt.Sprintf(" (process %d)", pid)
 			}
