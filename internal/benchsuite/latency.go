@@ -88,34 +88,29 @@ func reportWriter(b *testing.B, db *sqlite.DB, before sqlite.Stats) {
 	b.ReportMetric(float64((after.Commit-before.Commit).Microseconds())/txns, "µs-commit/txn")
 }
 
-// spread runs op(i) for i in [0, b.N) from workers goroutines and, unless
-// lat is nil, records each op's latency in it.
+// spread runs op(i) for i in [0, b.N) from workers goroutines and records
+// each op's latency in lat (nil: nowhere).
 func spread(b *testing.B, workers int, lat *latencies, op func(i int) error) {
 	var (
 		next = make(chan int, workers)
 		wg   sync.WaitGroup
 	)
+	if lat == nil {
+		lat = new(latencies) // recorded, never reported
+	}
 	for range workers {
 		wg.Go(func() {
-			var local []time.Duration
-			if lat != nil {
-				local = make([]time.Duration, 0, b.N/workers+1)
-				defer func() { lat.add(local) }()
-			}
+			local := make([]time.Duration, 0, b.N/workers+1)
+			defer func() { lat.add(local) }()
 			for i := range next {
-				var t0 time.Time
-				if lat != nil {
-					t0 = time.Now()
-				}
+				t0 := time.Now()
 				if err := op(i); err != nil {
 					errorf(b, "op %d: %v", i, err)
 					for range next {
 					}
 					return
 				}
-				if lat != nil {
-					local = append(local, time.Since(t0))
-				}
+				local = append(local, time.Since(t0))
 			}
 		})
 	}
