@@ -100,6 +100,34 @@ func TestPacerSendsLongWaitsBack(t *testing.T) {
 	}
 }
 
+// A wait for the installation's turn ends at once, with context.Canceled,
+// when the operation's cancellation channel closes, and gives its place
+// back: the next caller waits its turn, not behind a phantom waiter.
+func TestPacerWaitEndsOnCancellation(t *testing.T) {
+	t.Parallel()
+	p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Minute, MaxWaiters: 1}, time.Now)
+	done, err := p.acquire(context.Background(), nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	cancelled := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { close(cancelled) })
+	start := time.Now()
+	if _, err := p.acquire(context.Background(), cancelled, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire during a cancellation = %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the wait outlived its cancellation by %v", took)
+	}
+	p.mu.Lock()
+	waiters := p.insts[1].waiters
+	p.mu.Unlock()
+	if waiters != 0 {
+		t.Errorf("%d waiters left behind", waiters)
+	}
+}
+
 func TestPauses(t *testing.T) {
 	t.Parallel()
 	p := newPauses()
