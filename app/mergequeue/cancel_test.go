@@ -96,6 +96,11 @@ func TestLeavingCancelsMerge(t *testing.T) {
 			if len(rows) != 1 || !strings.Contains(rows[0].Detail, "was cancelled") {
 				t.Errorf("%s audit rows: %+v", tc.action, rows)
 			}
+			// After a push the row carries the new head, so its detail
+			// names the head the cancelled merge was for.
+			if want := "its merge at " + sha[:7] + " was cancelled"; tc.name == "pushed" && len(rows) == 1 && !strings.Contains(rows[0].Detail, want) {
+				t.Errorf("%s audit detail %q lacks %q", tc.action, rows[0].Detail, want)
+			}
 			if tc.name == "pushed" {
 				if e, ok := s.entryOf(t, repo, 1); !ok || e.PRSHA == sha || e.Status == mergequeue.StatusGatePassed {
 					t.Errorf("entry of #1 after the push: %+v (in queue %v)", e, ok)

@@ -45,3 +45,27 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// The audit detail of a cancelled merge names the sha it was for when
+// asked to, in both of its wordings.
+func TestMergeFateDetail(t *testing.T) {
+	sha := "0123456789abcdef0123456789abcdef01234567"
+	for _, tc := range []struct {
+		fate     mergeFate
+		sha, out string
+	}{
+		{mergeNone, sha, ""},
+		{mergeDone, sha, ""},
+		{mergeCancelled, "", "; its merge was cancelled"},
+		{mergeCancelled, sha, "; its merge at 0123456 was cancelled"},
+		{mergeCancelRequested, "", "; its running merge was asked to stop"},
+		{mergeCancelRequested, sha, "; its running merge at 0123456 was asked to stop"},
+	} {
+		if got := tc.fate.detailAt(tc.sha); got != tc.out {
+			t.Errorf("fate %d at %q: %q, want %q", tc.fate, tc.sha, got, tc.out)
+		}
+	}
+	if mergeCancelRequested.detail() != mergeCancelRequested.detailAt("") {
+		t.Error("detail is not detailAt without a sha")
+	}
+}

@@ -141,12 +141,21 @@ const (
 
 // detail is what the audit log adds about the merge to the change that
 // cancelled it.
-func (f mergeFate) detail() string {
+func (f mergeFate) detail() string { return f.detailAt("") }
+
+// detailAt is detail naming the sha the merge was for, when sha is set
+// (the pull request's head has moved on, so the audit row's own sha is
+// not the merge's).
+func (f mergeFate) detailAt(sha string) string {
+	at := ""
+	if sha != "" {
+		at = " at " + shortSHA(sha)
+	}
 	switch f {
 	case mergeCancelled:
-		return "; its merge was cancelled"
+		return "; its merge" + at + " was cancelled"
 	case mergeCancelRequested:
-		return "; its running merge was asked to stop"
+		return "; its running merge" + at + " was asked to stop"
 	}
 	return ""
 }
@@ -304,11 +313,7 @@ func (r *run) moveTo(e *entry, pr *github.PullRequest) error {
 	e.sha, e.base, e.status = head, pr.GetBase().GetRef(), StatusQueued
 	e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
 	e.reevaluatedAt, e.dirty = r.now, true
-	detail := "new head"
-	if fate != mergeNone {
-		detail += strings.Replace(fate.detail(), "its merge", "its merge at "+shortSHA(old), 1)
-	}
-	r.audit(AuditReevaluate, e.pr, head, detail)
+	r.audit(AuditReevaluate, e.pr, head, "new head"+fate.detailAt(old))
 	r.note("#%d re-evaluated at %s%s", e.pr, shortSHA(head), fate.detail())
 	r.logInfo("pull request re-evaluated at its new head", "mergequeue.reevaluated", e.pr, fields...)
 	return r.evaluate(e)
