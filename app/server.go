@@ -84,6 +84,13 @@ type Config struct {
 	Synchronous string
 	// ShutdownTimeout bounds the graceful shutdown. Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// OperationRetention is how long the record of a finished operation
+	// (succeeded, failed or cancelled) is kept after it finished; older
+	// ones are deleted at start and every hour, and their idempotency
+	// keys may then be used again. Unfinished operations are kept
+	// whatever their age. Defaults to DefaultOperationRetention (30 days);
+	// negative keeps records forever; at least MinOperationRetention.
+	OperationRetention time.Duration
 
 	// MergeQueue configures the merge queue: its label, the checks its
 	// gate requires and its merge method. Zero values take the queue's
@@ -156,6 +163,7 @@ func NewServer(cfg Config) (*Server, error) {
 	cfg.AckWait = cmp.Or(cfg.AckWait, 60*time.Second)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
+	cfg.OperationRetention = cmp.Or(cfg.OperationRetention, DefaultOperationRetention)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -167,6 +175,10 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.ReconcileInterval < 0 || cfg.ReconcileMinAge < 0 {
 		return nil, errors.New("the reconciler's interval and minimum age must not be negative")
+	}
+	if cfg.OperationRetention >= 0 && cfg.OperationRetention < MinOperationRetention {
+		return nil, fmt.Errorf("the operation retention must be at least %v (GitHub redelivers webhooks up to three days back), not %v",
+			MinOperationRetention, cfg.OperationRetention)
 	}
 	if cfg.AckWait <= cfg.LeaseTTL {
 		return nil, fmt.Errorf("the queue's ack wait (%v) must exceed the lease TTL (%v)", cfg.AckWait, cfg.LeaseTTL)
@@ -309,6 +321,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.onStop(s.exec.Stop)
+	s.startPruner()
 
 	// The HTTP API.
 	leases, err := NewCoordinatorLeases(s.coord)

@@ -315,6 +315,7 @@ func TestServerConfigErrors(t *testing.T) {
 		"app id without key":       {AppID: 5},
 		"bad listen":               {Listen: "nowhere"},
 		"workers":                  {Workers: -1},
+		"retention below 72h":      {OperationRetention: 24 * time.Hour},
 	} {
 		if _, err := NewServer(cfg); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -42,6 +42,7 @@ type serveOptions struct {
 	natsReplicas                                 int
 	workers                                      int
 	leaseTTL, ackWait, shutdownTimeout           time.Duration
+	retention                                    time.Duration
 	reconcileInterval, reconcileMinAge           time.Duration
 	synchronous                                  string
 	logLevel, logFormat                          string
@@ -115,6 +116,7 @@ finish or go back to the queue (releasing their leases) within
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", 30*time.Second, "how often operations missing from the queue (a failed publish) are found and published again")
 	f.DurationVar(&o.reconcileMinAge, "reconcile-min-age", time.Minute, "how long after its last dispatch an unfinished operation may be published again by the reconciler")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline")
+	f.DurationVar(&o.retention, "operation-retention", app.DefaultOperationRetention, "how long a finished operation's record is kept (at least 72h; 0 keeps them forever); then its idempotency key is free again")
 	f.StringVar(&o.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous setting: FULL|EXTRA|NORMAL")
 	f.StringVar(&o.mqLabel, "merge-queue-label", mergequeue.DefaultLabel, "label that puts a pull request in the merge queue (at most 50 characters)")
 	f.StringVar(&o.mqChecks, "merge-queue-checks", "", "comma-separated check runs or status contexts a pull request needs before it merges (default: the base branch's required checks)")
@@ -198,6 +200,7 @@ func (o *serveOptions) config() (app.Config, error) {
 		ReconcileInterval:     o.reconcileInterval,
 		ReconcileMinAge:       o.reconcileMinAge,
 		ShutdownTimeout:       o.shutdownTimeout,
+		OperationRetention:    o.retention,
 		Synchronous:           o.synchronous,
 		Queue: queue.Config{
 			URL:             o.natsURL,
@@ -209,6 +212,11 @@ func (o *serveOptions) config() (app.Config, error) {
 			TLSKeyFile:      o.natsTLSKey,
 			Replicas:        o.natsReplicas,
 		},
+	}
+	if o.retention == 0 {
+		cfg.OperationRetention = -1 // kept forever
+	} else if o.retention < 0 {
+		return cfg, fmt.Errorf("--operation-retention must not be negative (0 keeps records forever), not %v", o.retention)
 	}
 	mq, err := o.mergeQueue()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -74,6 +75,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--merge-queue-checks", "ci,baton/queue", "--data", dir},
 		{"serve", "--merge-queue-label", strings.Repeat("l", 51), "--data", dir},
 		{"serve", "--merge-queue-label", " ", "--data", dir},
+		{"serve", "--operation-retention", "24h", "--data", dir},
+		{"serve", "--operation-retention", "-72h", "--data", dir},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
@@ -121,6 +124,28 @@ func TestServeMergeQueueFlags(t *testing.T) {
 	}
 	if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--merge-queue-method must be merge, squash or rebase") {
 		t.Errorf("a bad method: %v", err)
+	}
+}
+
+// --operation-retention reaches the server's Config; 0 keeps records
+// forever.
+func TestServeRetentionFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 30 * 24 * time.Hour},
+		{[]string{"--operation-retention", "96h"}, 96 * time.Hour},
+		{[]string{"--operation-retention", "0"}, -1},
+	} {
+		o := &serveOptions{}
+		if err := serveCmd(o).Flags().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config()
+		if err != nil || cfg.OperationRetention != tc.want {
+			t.Errorf("%v: retention %v, %v; want %v", tc.args, cfg.OperationRetention, err, tc.want)
+		}
 	}
 }
 
