@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
@@ -58,6 +59,20 @@ func (s *seedOperations) add(key string, created time.Time, cancelAt *time.Time)
 	return rec.OperationID
 }
 
+// lease takes and releases key at.
+func (s *seedOperations) lease(key string, at time.Time) {
+	s.t.Helper()
+	ctx := context.Background()
+	leases := coordinator.NewSQLiteStore(s.db, coordinator.NewFakeClock(at))
+	g, err := leases.Acquire(ctx, coordinator.AcquireRequest{Key: key, Owner: "ci", TTL: time.Minute}, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := leases.Release(ctx, g.Fence, nil); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 func (s *seedOperations) close() {
 	if err := s.db.Close(); err != nil {
 		s.t.Fatal(err)
@@ -90,18 +105,22 @@ func TestServerPrunesFinishedOperations(t *testing.T) {
 	oldDone := seed.add("old-finished", old, &old)
 	oldQueued := seed.add("old-unfinished", old, nil)
 	lateDone := seed.add("old-finished-recently", old, &recent)
+	seed.lease("issue:octo/demo#10", old)
+	seed.lease("issue:octo/demo#11", recent)
 	seed.close()
 
 	srv := startServer(t, Config{DataDir: dir, OperationRetention: retention})
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// Operations are pruned first, then lease histories.
 		_, err := srv.store.Get(ctx, oldDone)
-		if errors.Is(err, schema.ErrNotFound) {
+		h, herr := srv.coord.History(ctx, "issue:octo/demo#10")
+		if errors.Is(err, schema.ErrNotFound) && herr == nil && len(h) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the old finished operation is still there: %v", err)
+			t.Fatalf("the old finished operation (%v) or the idle lease's history (%d events, %v) is still there", err, len(h), herr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -110,8 +129,17 @@ func TestServerPrunesFinishedOperations(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
-	if !strings.Contains(metricsOf(t, srv), "\nbaton_operations_pruned_total 1\n") {
-		t.Errorf("/metrics does not count one pruned operation")
+	if h, err := srv.coord.History(ctx, "issue:octo/demo#11"); err != nil || len(h) != 2 {
+		t.Errorf("history of the recent lease: %d events, %v; want 2", len(h), err)
+	}
+	// The counters move just after the deletes.
+	for _, line := range []string{"\nbaton_operations_pruned_total 1\n", "\nbaton_lease_histories_pruned_total 1\n"} {
+		for !strings.Contains(metricsOf(t, srv), line) {
+			if time.Now().After(deadline) {
+				t.Fatalf("/metrics lacks %q", strings.TrimSpace(line))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

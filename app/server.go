@@ -88,7 +88,8 @@ type Config struct {
 	// (succeeded, failed or cancelled) is kept after it finished; older
 	// ones are deleted at start and every hour, and their idempotency
 	// keys may then be used again. Unfinished operations are kept
-	// whatever their age. Defaults to DefaultOperationRetention (30 days);
+	// whatever their age. The lease history of a key nobody has held for
+	// as long goes too. Defaults to DefaultOperationRetention (30 days);
 	// negative keeps records forever; at least MinOperationRetention.
 	OperationRetention time.Duration
 

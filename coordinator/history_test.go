@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/sqlite"
 )
 
 // The history keeps the last HistoryLimit events of a key, oldest first,
@@ -94,5 +96,68 @@ func TestHistoryEvents(t *testing.T) {
 		if h[i] != want[i] {
 			t.Errorf("event %d = %+v, want %+v", i, h[i], want[i])
 		}
+	}
+}
+
+// PruneHistory deletes the histories of keys idle since the cut that hold
+// no lease, and keeps the others whole.
+func TestPruneHistory(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	release := func(key string) {
+		t.Helper()
+		if err := b.c.Release(ctx, mustAcquire(t, b.c, key, "op", time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Idle keys, more than one chunk of them, around the others.
+	var idle []string
+	for i := range 7 {
+		idle = append(idle, "idle-"+string(rune('a'+i)))
+		release(idle[i])
+	}
+	release("busy")                                  // idle too, then used again below
+	mustAcquire(t, b.c, "held", "op", 2*time.Minute) // held (then expired) but never released
+	b.clock.Advance(time.Hour)
+	cut := b.clock.Now()
+	b.clock.Advance(time.Hour)
+	release("busy")
+	release("recent")
+
+	count := func(key string) (n int) {
+		t.Helper()
+		if err := b.db.QueryRow(ctx, `SELECT COUNT(*) FROM lease_history WHERE key = ?`, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n, err := b.store.pruneHistory(ctx, cut, 3)
+	if err != nil || n != int64(len(idle)) {
+		t.Errorf("pruneHistory = %d, %v; want %d", n, err, len(idle))
+	}
+	for _, key := range idle {
+		if c := count(key); c != 0 {
+			t.Errorf("%s keeps %d events", key, c)
+		}
+	}
+	for key, want := range map[string]int{"busy": 4, "held": 1, "recent": 2} {
+		if c := count(key); c != want {
+			t.Errorf("%s keeps %d events, want %d", key, c, want)
+		}
+	}
+	if n, err := b.c.PruneHistory(ctx, cut); err != nil || n != 0 {
+		t.Errorf("second PruneHistory = %d, %v", n, err)
+	}
+	// Once released, the held key's history goes with a later cut, and
+	// so does every other.
+	if err := b.db.Write(ctx, func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(`DELETE FROM leases WHERE key = 'held'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.c.PruneHistory(ctx, b.clock.Now().Add(time.Second)); err != nil || n != 3 {
+		t.Errorf("PruneHistory of everything = %d, %v; want 3", n, err)
 	}
 }

@@ -321,6 +321,93 @@ func (s *SQLiteStore) trim(tx *sqlite.Tx, key string) error {
 	return nil
 }
 
+// pruneKeys is how many keys PruneHistory looks at in one read, and the
+// most whose history it deletes in one write.
+const pruneKeys = 500
+
+// PruneHistory implements Store. There is no index by time (every
+// acquisition and release would pay for it), but a key's newest event is
+// the last entry of its range in the primary key: the keys are visited by
+// seeking from one to the next (a recursive query, pruneKeys at a time on
+// the read pool), so a pass costs a few index seeks per key, not a read of
+// every event. Each idle key's events up to the newest one seen are
+// deleted in a write that checks again that the key holds no lease, so an
+// acquisition in between keeps its own events.
+func (s *SQLiteStore) PruneHistory(ctx context.Context, before time.Time) (int64, error) {
+	return s.pruneHistory(ctx, before, pruneKeys)
+}
+
+// pruneHistory is PruneHistory looking at chunk keys at a time.
+func (s *SQLiteStore) pruneHistory(ctx context.Context, before time.Time, chunk int) (int64, error) {
+	cut := before.UnixMicro()
+	after := ""
+	var total int64
+	for {
+		type idle struct {
+			key string
+			seq int64
+		}
+		var batch []idle
+		rows, err := s.db.Query(ctx, `WITH RECURSIVE k(key, n) AS (
+				SELECT (SELECT key FROM lease_history WHERE key > ?1 ORDER BY key LIMIT 1), 1
+				UNION ALL
+				SELECT (SELECT key FROM lease_history WHERE key > k.key ORDER BY key LIMIT 1), n + 1
+				FROM k WHERE k.key IS NOT NULL AND n < ?2)
+			SELECT key,
+				(SELECT seq FROM lease_history h WHERE h.key = k.key ORDER BY seq DESC LIMIT 1),
+				(SELECT at FROM lease_history h WHERE h.key = k.key ORDER BY seq DESC LIMIT 1)
+			FROM k WHERE key IS NOT NULL`, after, chunk)
+		if err != nil {
+			return total, fmt.Errorf("coordinator: find idle lease histories: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			var (
+				key     string
+				seq, at int64
+			)
+			if err := rows.Scan(&key, &seq, &at); err != nil {
+				rows.Close()
+				return total, fmt.Errorf("coordinator: find idle lease histories: %w", err)
+			}
+			n++
+			after = key
+			if at < cut {
+				batch = append(batch, idle{key, seq})
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return total, fmt.Errorf("coordinator: find idle lease histories: %w", err)
+		}
+		if len(batch) > 0 {
+			var deleted int64
+			err := s.db.Write(ctx, func(tx *sqlite.Tx) error {
+				deleted = 0
+				for _, b := range batch {
+					res, err := tx.Exec(`DELETE FROM lease_history WHERE key = ?1 AND seq <= ?2
+						AND NOT EXISTS (SELECT 1 FROM leases WHERE key = ?1)`, b.key, b.seq)
+					if err != nil {
+						return fmt.Errorf("coordinator: prune lease history: %w", err)
+					}
+					if d, _ := res.RowsAffected(); d > 0 {
+						deleted++
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return total, err
+			}
+			total += deleted
+		}
+		if n < chunk {
+			return total, nil
+		}
+	}
+}
+
 // History implements Store.
 func (s *SQLiteStore) History(ctx context.Context, key string, limit int) ([]Event, error) {
 	rows, err := s.db.Query(ctx, `SELECT kind, at, owner, token, ttl_us, prev_owner, prev_token, expired_for_us

@@ -52,6 +52,10 @@ type Store interface {
 	ForceRelease(ctx context.Context, leases []Stale) ([]Stale, error)
 	// History returns up to limit of the key's latest events, oldest first.
 	History(ctx context.Context, key string, limit int) ([]Event, error)
+	// PruneHistory deletes the history of every key whose latest event
+	// happened before before and that holds no lease, and returns how
+	// many keys' histories it deleted.
+	PruneHistory(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Fence names one holding of a lease: the key, its owner and the fencing
