@@ -191,13 +191,23 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 }
 
 // mergedAndOut reports whether pull request n is merged and its entry has
-// left the queue. It reads the pull request first: an entry missing before
-// the merge (not joined yet) would otherwise pass for one removed after it
-// when the whole join, gate and merge happen between the two reads. Read
-// in this order, the entry's absence follows the merge, and the merge's
-// audit row is written in the transaction that removed it.
+// left the queue with a merge audited. The pull request and the entry
+// alone do not tell: the run that joins a pull request submits its merge
+// before it saves the entry, so GitHub may merge while no entry is saved
+// yet, and the entry's absence would pass for its removal. The newest
+// audit row of n saying merge does tell, as it is written in the
+// transaction that removes the entry.
 func (s *stack) mergedAndOut(t tester, repo string, n int) bool {
 	if !s.pull(t, repo, n).Merged {
+		return false
+	}
+	last := ""
+	for _, r := range s.audit(t, repo) {
+		if r.PRNumber == n {
+			last = r.Action
+		}
+	}
+	if last != mergequeue.AuditMerge {
 		return false
 	}
 	_, queued := s.entryOf(t, repo, n)
