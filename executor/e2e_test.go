@@ -27,6 +27,7 @@ type stack struct {
 	coord  *coordinator.Coordinator
 	broker *queue.Broker
 	exec   *Executor
+	cons   *queue.Consumer
 	sim    *ghsim.Sim
 	gh     *GitHubClients
 }
@@ -110,7 +111,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		}
 		db.Close()
 	})
-	return &stack{db: db, store: store, coord: coord, broker: broker, exec: exec, sim: sim, gh: gh}
+	return &stack{db: db, store: store, coord: coord, broker: broker, exec: exec, cons: cons, sim: sim, gh: gh}
 }
 
 // QueueHandler adapts Process to the queue's handler, the way the server's

@@ -108,9 +108,10 @@ func (p paceRequeue) Error() string { return "installation pace: wait " + p.dela
 // acquire waits for the installation's next turn to send a mutating
 // request and returns the function to call once the response is back. A
 // wait longer than MaxInlineWait, or with too many workers already
-// waiting, is returned as paceRequeue instead. The wait ends early, with
-// context.Canceled, when cancelled is closed (nil: never).
-func (p *pacer) acquire(ctx context.Context, cancelled <-chan struct{}, inst int64) (done func(), err error) {
+// waiting, is returned as paceRequeue instead; so is the rest of a wait
+// when drain is closed (the worker begins to stop). The wait ends early,
+// with context.Canceled, when cancelled is closed (nil: never).
+func (p *pacer) acquire(ctx context.Context, cancelled, drain <-chan struct{}, inst int64) (done func(), err error) {
 	if p == nil || p.cfg.Disabled {
 		return func() {}, nil
 	}
@@ -158,6 +159,7 @@ func (p *pacer) acquire(ctx context.Context, cancelled <-chan struct{}, inst int
 			ip.waiters++
 		}
 		p.mu.Unlock()
+		waitStart := time.Now()
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -166,6 +168,9 @@ func (p *pacer) acquire(ctx context.Context, cancelled <-chan struct{}, inst int
 		case <-cancelled:
 			t.Stop()
 			return nil, context.Canceled
+		case <-drain:
+			t.Stop()
+			return nil, paceRequeue{delay: max(wait-time.Since(waitStart), time.Millisecond)}
 		case <-t.C:
 		}
 	}

@@ -38,7 +38,7 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 					return
 				}
 				mu.Unlock()
-				done, err := p.acquire(context.Background(), nil, 7)
+				done, err := p.acquire(context.Background(), nil, nil, 7)
 				if err != nil {
 					t.Error(err)
 					return
@@ -81,12 +81,12 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 func TestPacerSendsLongWaitsBack(t *testing.T) {
 	t.Parallel()
 	p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Second}, time.Now)
-	done, err := p.acquire(context.Background(), nil, 1)
+	done, err := p.acquire(context.Background(), nil, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done()
-	_, err = p.acquire(context.Background(), nil, 1)
+	_, err = p.acquire(context.Background(), nil, nil, 1)
 	var rq paceRequeue
 	if !errors.As(err, &rq) || rq.delay < 9*time.Second {
 		t.Fatalf("second acquire = %v, want a requeue of about 10s", err)
@@ -95,36 +95,55 @@ func TestPacerSendsLongWaitsBack(t *testing.T) {
 		t.Errorf("admit = %v", w)
 	}
 	// Another installation is not held back.
-	if _, err := p.acquire(context.Background(), nil, 2); err != nil {
+	if _, err := p.acquire(context.Background(), nil, nil, 2); err != nil {
 		t.Errorf("other installation: %v", err)
 	}
 }
 
-// A wait for the installation's turn ends at once, with context.Canceled,
-// when the operation's cancellation channel closes, and gives its place
-// back: the next caller waits its turn, not behind a phantom waiter.
-func TestPacerWaitEndsOnCancellation(t *testing.T) {
+// A wait for the installation's turn ends at once when the operation's
+// cancellation channel closes (context.Canceled) or its worker begins to
+// stop (a requeue for the rest of the wait), and gives its place back: the
+// next caller waits its turn, not behind a phantom waiter.
+func TestPacerWaitEnds(t *testing.T) {
 	t.Parallel()
-	p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Minute, MaxWaiters: 1}, time.Now)
-	done, err := p.acquire(context.Background(), nil, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done()
-	cancelled := make(chan struct{})
-	time.AfterFunc(50*time.Millisecond, func() { close(cancelled) })
-	start := time.Now()
-	if _, err := p.acquire(context.Background(), cancelled, 1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("acquire during a cancellation = %v, want context.Canceled", err)
-	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("the wait outlived its cancellation by %v", took)
-	}
-	p.mu.Lock()
-	waiters := p.insts[1].waiters
-	p.mu.Unlock()
-	if waiters != 0 {
-		t.Errorf("%d waiters left behind", waiters)
+	for _, tc := range []struct {
+		name string
+		want func(error) bool
+	}{
+		{"cancelled", func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"draining", func(err error) bool {
+			var rq paceRequeue
+			return errors.As(err, &rq) && rq.delay > 5*time.Second && rq.delay <= 10*time.Second
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPacer(PacingConfig{MinInterval: 10 * time.Second, MaxInlineWait: time.Minute, MaxWaiters: 1}, time.Now)
+			done, err := p.acquire(context.Background(), nil, nil, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done()
+			ch := make(chan struct{})
+			time.AfterFunc(50*time.Millisecond, func() { close(ch) })
+			cancelled, drain := ch, (<-chan struct{})(nil)
+			if tc.name == "draining" {
+				cancelled, drain = nil, ch
+			}
+			start := time.Now()
+			if _, err := p.acquire(context.Background(), cancelled, drain, 1); !tc.want(err) {
+				t.Fatalf("acquire = %v", err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("the wait outlived its end by %v", took)
+			}
+			p.mu.Lock()
+			waiters := p.insts[1].waiters
+			p.mu.Unlock()
+			if waiters != 0 {
+				t.Errorf("%d waiters left behind", waiters)
+			}
+		})
 	}
 }
 

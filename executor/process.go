@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -113,7 +114,7 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 		if err != nil || !ok {
 			break
 		}
-		if n >= e.cfg.HandoffLimit || ctx.Err() != nil || time.Since(start) >= e.cfg.HandoffTime {
+		if n >= e.cfg.HandoffLimit || ctx.Err() != nil || isClosed(queue.Draining(ctx)) || time.Since(start) >= e.cfg.HandoffTime {
 			// This worker has had the resource long enough (or is
 			// stopping, or hands off nothing): hand the next operation to
 			// the queue at once. Its old message may wait out OrderDelay,
@@ -138,6 +139,16 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 		}
 	}
 	return res
+}
+
+// isClosed reports whether ch is closed (a nil channel never is).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // nudge publishes a fresh message for an operation, if the dispatcher can.
@@ -272,7 +283,7 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	defer e.turns.leave(rec.Resource.Key()) // also when the lease was lost
 	kctx, stop := e.leases.KeepAlive(ctx, lease)
 	defer stop()
-	r := &runner{e: e, ctx: kctx, parent: ctx, lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart}
+	r := &runner{e: e, ctx: kctx, parent: ctx, drain: queue.Draining(ctx), lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart}
 	cancelled, unwatch := e.cancels.watch(rec.OperationID)
 	defer unwatch()
 	r.cancelled = cancelled
@@ -317,6 +328,7 @@ type runner struct {
 	e         *Executor
 	ctx       context.Context // ends when the lease is lost or the worker stops
 	parent    context.Context
+	drain     <-chan struct{} // closed when the worker begins to stop (queue.Draining)
 	lease     *coordinator.Lease
 	rec       *schema.Record
 	target    schema.Target
@@ -400,7 +412,7 @@ func (r *runner) loop() Result {
 // pace waits for the installation's pace, if pacing is on; a
 // cancellation ends the wait (the loop's boundary then sees it).
 func (r *runner) pace() (func(), error) {
-	return r.e.pacer.acquire(r.ctx, r.cancelled, r.inst)
+	return r.e.pacer.acquire(r.ctx, r.cancelled, r.drain, r.inst)
 }
 
 // boundary is checked between attempts: cancellation requested, lease
@@ -427,8 +439,11 @@ func (r *runner) boundary() (Result, bool) {
 
 // wait sleeps d unless the operation is cancelled, the lease lost or the
 // worker stops first; the record is polled for a cancellation requested
-// from another process.
+// from another process. A worker that begins to stop (its queue consumer
+// draining) does not sit out the wait: the operation goes back to the
+// queue for what is left of it, spending no attempt.
 func (r *runner) wait(d time.Duration) (Result, bool) {
+	end := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	poll := time.NewTicker(r.e.cfg.CancelPoll)
@@ -437,6 +452,11 @@ func (r *runner) wait(d time.Duration) (Result, bool) {
 		select {
 		case <-t.C:
 			return Result{}, false
+		case <-r.drain:
+			if res, stop := r.boundary(); stop {
+				return res, true
+			}
+			return r.requeue(max(time.Until(end), time.Millisecond)), true
 		case <-r.cancelled:
 			r.rec.CancellationRequested = true
 			return r.boundary()

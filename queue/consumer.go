@@ -133,6 +133,7 @@ type Consumer struct {
 
 	stopping       atomic.Bool
 	stopFetch      chan struct{} // closed by Stop: fetch no more
+	draining       chan struct{} // closed by Stop: what Draining returns to handlers
 	handlerCtx     context.Context
 	cancelHandlers context.CancelFunc
 	pool           sync.WaitGroup // the fetch loop and the workers
@@ -169,6 +170,8 @@ func NewConsumer(b *Broker, cfg ConsumerConfig) (*Consumer, error) {
 		return nil, err
 	}
 	hctx, cancel := context.WithCancel(context.Background())
+	draining := make(chan struct{})
+	hctx = context.WithValue(hctx, drainingKey{}, (<-chan struct{})(draining))
 	return &Consumer{
 		b:              b,
 		cfg:            cfg,
@@ -178,6 +181,7 @@ func NewConsumer(b *Broker, cfg ConsumerConfig) (*Consumer, error) {
 		tokens:         make(chan struct{}, cfg.Concurrency),
 		slots:          make([]slot, cfg.Concurrency),
 		stopFetch:      make(chan struct{}),
+		draining:       draining,
 		handlerCtx:     hctx,
 		cancelHandlers: cancel,
 		poolDone:       make(chan struct{}),
@@ -277,6 +281,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 
 	c.stopping.Store(true)
 	close(c.stopFetch)
+	close(c.draining)
 	var err error
 	select {
 	case <-c.poolDone:
@@ -328,6 +333,14 @@ func (c *Consumer) fetchLoop() {
 	defer close(c.work)
 	var backoff time.Duration
 	for {
+		// Stop comes first: with idle workers both cases are ready, and
+		// select would pick the tokens half the time, each pick one more
+		// fetch of up to FetchWait before Stop could end.
+		select {
+		case <-c.stopFetch:
+			return
+		default:
+		}
 		select {
 		case <-c.stopFetch:
 			return

@@ -172,6 +172,54 @@ func TestStopDeadlineCancelsHandlers(t *testing.T) {
 	}
 }
 
+// Draining tells a handler that its consumer is stopping, before any
+// deadline: a handler that gives its message back then lets Stop end at
+// once, and the message comes back after the delay it asked for.
+func TestDrainingSignalsStop(t *testing.T) {
+	t.Parallel()
+	if Draining(context.Background()) != nil {
+		t.Error("Draining of a context no consumer made is not nil")
+	}
+	b := startBroker(t, "")
+	started := make(chan struct{}, 1)
+	c, err := NewConsumer(b, ConsumerConfig{
+		FetchWait: 100 * time.Millisecond,
+		Handler: func(ctx context.Context, id string) Result {
+			started <- struct{}{}
+			select {
+			case <-Draining(ctx):
+				return RetryAfter(time.Second)
+			case <-ctx.Done():
+				return Failed(ctx.Err())
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dispatch(t, b, "waiting")
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not called")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := c.Stop(ctx); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+	if elapsed := time.Since(t0); elapsed > 3*time.Second {
+		t.Errorf("Stop took %s with a handler watching Draining", elapsed)
+	}
+	rec := newRecorder()
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle})
+	eventually(t, 5*time.Second, "redelivered to the next consumer", func() bool { return rec.count("waiting") == 1 })
+}
+
 // Stop lets running handlers finish when they do so before the deadline.
 func TestStopWaitsForHandlers(t *testing.T) {
 	t.Parallel()

@@ -9,9 +9,22 @@ import (
 
 // Handler runs one operation. It is called with the operation ID carried by
 // a message and says what became of it. ctx is cancelled only when the
-// consumer's Stop deadline passes. A panic is recovered and counts as a
+// consumer's Stop deadline passes; Draining(ctx) is closed as soon as Stop
+// is called, so that a handler waiting for something (a backoff, a pace)
+// can give its message back at once with RetryAfter instead of holding
+// the stop until the deadline. A panic is recovered and counts as a
 // failure.
 type Handler func(ctx context.Context, operationID string) Result
+
+type drainingKey struct{}
+
+// Draining returns a channel that is closed when the consumer that passed
+// ctx to its Handler begins to stop, or nil (never ready) for any other
+// context.
+func Draining(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(drainingKey{}).(<-chan struct{})
+	return ch
+}
 
 // Result is what a Handler returns: Done, RetryAfter or Failed. The zero
 // Result is invalid and counts as a failure.

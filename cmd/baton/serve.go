@@ -78,9 +78,10 @@ protection (with none, every check reported on the head).
 Every flag can also be set with an environment variable: BATON_ and the
 flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
 
-SIGINT or SIGTERM stop baton gracefully: no new requests, running operations
-finish or go back to the queue (releasing their leases) within
---shutdown-timeout, then exit 0.`,
+SIGINT or SIGTERM stop baton gracefully: no new requests, calls to GitHub in
+flight finish, operations waiting (a backoff, a pace) go back to the queue at
+once, anything still running at --shutdown-timeout goes back too (leases
+released), then exit 0.`,
 		Example: `  baton serve --dev
   baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
   baton serve --app-id 12345 --private-key app.pem --webhook-secret-file secret.txt

@@ -1,0 +1,99 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+// stopConsumer stops s's consumer with a 10 s deadline and returns how
+// long it took.
+func stopConsumer(t *testing.T, s *stack) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.cons.Stop(ctx); err != nil {
+		t.Fatalf("consumer stop: %v", err)
+	}
+	t.Logf("consumer stopped in %v", time.Since(start))
+	return time.Since(start)
+}
+
+// A consumer that stops while an operation waits out a Retry-After does
+// not wait for it: the operation goes back to the queue for the rest of
+// the wait, with no attempt spent and its lease released.
+func TestStopDuringWaitRequeues(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultTooManyRequests,
+		RetryAfter: 20 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "drain-wait", schema.ActionComment, issue(10), `{"body":"later"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.store.Get(context.Background(), rec.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.NextAttemptAt != nil && len(got.AttemptLog) == 1 && got.AttemptLog[0].HTTPStatus == 429 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 429 waited out: %+v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if took := stopConsumer(t, s); took > 3*time.Second {
+		t.Errorf("stop took %v with an operation waiting 20 s", took)
+	}
+	got, err := s.store.Get(context.Background(), rec.OperationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != schema.StatusRunning || got.Attempts != 1 || got.NextAttemptAt == nil ||
+		got.NextAttemptAt.Sub(got.AttemptLog[0].EndedAt) < 19*time.Second {
+		t.Errorf("after the stop: status %s, attempts %d, next attempt at %v (429 at %v)", got.Status, got.Attempts, got.NextAttemptAt, got.AttemptLog[0].EndedAt)
+	}
+	if st, err := s.coord.Check(context.Background(), rec.Resource.Key()); err != nil || st.Locked {
+		t.Errorf("the resource's lease after the stop: %+v, %v", st, err)
+	}
+}
+
+// A worker carrying out a resource's backlog one operation after another
+// stops at the end of the operation in hand when its consumer stops, and
+// leaves the rest to the queue.
+func TestStopEndsTheHandoffChain(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultLatency,
+		Latency: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 60 {
+		ids = append(ids, s.submit(t, fmt.Sprint("drain-chain-", i), schema.ActionComment, issue(11), `{"body":"one of many"}`).OperationID)
+	}
+	s.await(t, ids[0], 10*time.Second)
+	if took := stopConsumer(t, s); took > 3*time.Second {
+		t.Errorf("stop took %v with a chain of 100 ms operations in hand", took)
+	}
+	queued := 0
+	for _, id := range ids {
+		got, err := s.store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == schema.StatusQueued {
+			queued++
+		}
+	}
+	if queued < 30 {
+		t.Errorf("%d of 60 operations left queued, want the chain to stop early", queued)
+	}
+}
