@@ -170,6 +170,9 @@ func (s *TokenStore) CreateToken(ctx context.Context, spec TokenSpec) (string, T
 	if err := schema.ValidateActor(spec.Actor); err != nil {
 		return "", Token{}, err
 	}
+	if strings.HasPrefix(strings.ToLower(spec.Actor), schema.WebhookActorPrefix) {
+		return "", Token{}, schema.Invalidf("actor names beginning with %q are reserved for the operations baton derives from webhooks", schema.WebhookActorPrefix)
+	}
 	installations := slices.Clone(spec.Installations)
 	slices.Sort(installations)
 	installations = slices.Compact(installations)

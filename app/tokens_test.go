@@ -151,6 +151,8 @@ func TestTokenSpecValidation(t *testing.T) {
 		"admin with installations": {Actor: "a", Admin: true, Installations: []int64{1}},
 		"both":                     {Actor: "a", AllInstallations: true, Installations: []int64{1}},
 		"installation 0":           {Actor: "a", Installations: []int64{0}},
+		"the webhook actor":        {Actor: schema.WebhookActor(1), Installations: []int64{1}},
+		"a webhook-like actor":     {Actor: "GitHub:ci", AllInstallations: true},
 	} {
 		if _, _, err := s.CreateToken(context.Background(), spec); schema.ErrorCode(err) != schema.CodeInvalidRequest {
 			t.Errorf("%s: %v, want invalid_request", name, err)

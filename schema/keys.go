@@ -28,8 +28,14 @@ func DerivedKey(trigger string, parts ...string) string {
 	return trigger + ":sha256:" + hex.EncodeToString(sum[:])
 }
 
+// WebhookActorPrefix begins the actor of every operation born from a
+// webhook. It is reserved: no API token's actor may begin with it, so that
+// no client can share those operations' identities or see and cancel them
+// as their own.
+const WebhookActorPrefix = "github:"
+
 // WebhookActor is the actor of operations born from webhooks of an
 // installation: "github:<installation>".
 func WebhookActor(installationID int64) string {
-	return "github:" + strconv.FormatInt(installationID, 10)
+	return WebhookActorPrefix + strconv.FormatInt(installationID, 10)
 }

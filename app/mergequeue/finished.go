@@ -24,7 +24,7 @@ import (
 // reconcile, which read the operation's record.
 func (q *Queue) OnOperationFinished(rec schema.Record) {
 	if rec.Action != schema.ActionMerge || !strings.HasPrefix(rec.IdempotencyKey, "merge:") ||
-		!strings.HasPrefix(rec.Actor, "github:") || rec.InstallationID == 0 {
+		rec.InstallationID == 0 || rec.Actor != schema.WebhookActor(rec.InstallationID) {
 		return
 	}
 	t, err := schema.ParseResource(rec.Resource)

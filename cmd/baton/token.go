@@ -106,7 +106,9 @@ scripts can capture it: export BATON_TOKEN=$(baton token create ...).
 A non-admin token sees and cancels only its actor's operations and acts
 only on the installations given with --installation (repeatable), or on
 all with --all-installations. An admin token (--admin) sees every actor's
-operations, manages dead letters, and acts on every installation.`,
+operations, manages dead letters, and acts on every installation. Actor
+names beginning with "github:" are reserved for the operations baton
+derives from webhooks.`,
 		Example: `  baton token create --actor release-bot --installation 12345678
   baton token create --actor ops --admin
   baton token create --actor ci --all-installations --json`,
