@@ -132,7 +132,7 @@ func TestPruneHistory(t *testing.T) {
 		}
 		return n
 	}
-	n, err := b.store.pruneHistory(ctx, cut, 3)
+	n, err := b.store.pruneHistory(ctx, cut, 3, 2)
 	if err != nil || n != int64(len(idle)) {
 		t.Errorf("pruneHistory = %d, %v; want %d", n, err, len(idle))
 	}

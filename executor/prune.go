@@ -25,9 +25,13 @@ const pruneChunk = 500
 // more index writes), so Prune walks the table in seq order from the
 // oldest, pruneChunk rows at a time on the read pool, and stops at the
 // first operation created at or after before: seq is given as operations
-// are created, so the ones after it are younger. (Operations created in
-// the same instant may be numbered out of order; such a one waits for the
-// next prune.) Each chunk's finished old rows are deleted in one write,
+// are written, so the ones after it are, but for a few, younger. (An
+// operation's creation time is taken before its write waits for the
+// writer, so concurrent submissions may be numbered out of order, and so
+// may operations around a step of the clock; an old one numbered after a
+// young one waits for a later prune, and one stamped in the future by a
+// clock that then stepped back holds the walk there until the cut passes
+// its time.) Each chunk's finished old rows are deleted in one write,
 // which checks status and age again.
 func (s *SQLiteStore) Prune(ctx context.Context, before time.Time) (int64, error) {
 	return s.prune(ctx, before, pruneChunk)
