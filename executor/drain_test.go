@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -95,5 +96,59 @@ func TestStopEndsTheHandoffChain(t *testing.T) {
 	}
 	if queued < 30 {
 		t.Errorf("%d of 60 operations left queued, want the chain to stop early", queued)
+	}
+}
+
+// An operation a worker takes up after its consumer began to stop starts
+// no call: it goes back to the queue as it was, with no attempt spent and
+// its lease released.
+func TestStopStartsNoNewCall(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	stopConsumer(t, s) // the stack's own consumer; this test runs its own
+	ready := make(chan struct{})
+	results := make(chan Result, 1)
+	cons, err := queue.NewConsumer(s.broker, queue.ConsumerConfig{
+		FetchWait: 100 * time.Millisecond,
+		Handler: func(ctx context.Context, id string) queue.Result {
+			close(ready)
+			<-queue.Draining(ctx) // Process begins only once the stop has
+			r := s.exec.Process(ctx, id)
+			results <- r
+			return queue.RetryAfter(r.Delay)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "drain-no-call", schema.ActionComment, issue(12), `{"body":"not now"}`)
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not called")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cons.Stop(ctx); err != nil {
+		t.Fatalf("consumer stop: %v", err)
+	}
+	if r := <-results; r.Kind != ResultRetry {
+		t.Errorf("Process while draining = %v %v, want a retry", r.Kind, r.Err)
+	}
+	if n := len(s.sim.Effects()); n != 0 {
+		t.Errorf("%d calls made to GitHub while draining", n)
+	}
+	got, err := s.store.Get(context.Background(), rec.OperationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Terminal() || got.Attempts != 0 || len(got.AttemptLog) != 0 {
+		t.Errorf("after the stop: status %s, attempts %d, log %+v", got.Status, got.Attempts, got.AttemptLog)
+	}
+	if st, err := s.coord.Check(context.Background(), rec.Resource.Key()); err != nil || st.Locked {
+		t.Errorf("the resource's lease after the stop: %+v, %v", st, err)
 	}
 }

@@ -159,7 +159,6 @@ func (p *pacer) acquire(ctx context.Context, cancelled, drain <-chan struct{}, i
 			ip.waiters++
 		}
 		p.mu.Unlock()
-		waitStart := time.Now()
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -170,7 +169,7 @@ func (p *pacer) acquire(ctx context.Context, cancelled, drain <-chan struct{}, i
 			return nil, context.Canceled
 		case <-drain:
 			t.Stop()
-			return nil, paceRequeue{delay: max(wait-time.Since(waitStart), time.Millisecond)}
+			return nil, paceRequeue{delay: max(at.Sub(p.now()), time.Millisecond)}
 		case <-t.C:
 		}
 	}

@@ -371,6 +371,11 @@ func (r *runner) loop() Result {
 		if res, stop := r.boundary(); stop {
 			return res
 		}
+		if isClosed(r.drain) {
+			// The worker is stopping: no new call (nor probe) starts;
+			// the operation goes back to the queue as it is.
+			return r.requeue(0)
+		}
 		if w := e.pauses.remaining(r.inst, e.now()); w > 0 {
 			if w > e.cfg.MaxInlineWait {
 				return r.requeue(w)
