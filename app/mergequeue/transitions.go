@@ -477,7 +477,9 @@ func (r *run) mergeOperation(e *entry) (schema.Record, int, error) {
 		}
 	}
 	// The newest try there is: a run that submitted it may have ended
-	// before it recorded it.
+	// before it recorded it. Every try is looked at: tries are submitted
+	// one after another, but an old finished one may have been pruned
+	// (the server's retention) while a later one is still unfinished.
 	var last schema.Record
 	try := 0
 	for i := 1; i <= mergeTries; i++ {
@@ -487,7 +489,7 @@ func (r *run) mergeOperation(e *entry) (schema.Record, int, error) {
 		}
 		rec, err := r.q.cfg.Operations.Get(r.ctx, id)
 		if errors.Is(err, schema.ErrNotFound) {
-			break
+			continue
 		}
 		if err != nil {
 			return last, 0, fmt.Errorf("mergequeue: read merge operation: %w", err)
