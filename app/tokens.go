@@ -334,6 +334,14 @@ func (s *TokenStore) lookup(ctx context.Context, hash [sha256.Size]byte) (*Princ
 	if revoked.Valid {
 		return nil, time.Time{}, errBadAPIToken
 	}
+	if strings.HasPrefix(strings.ToLower(p.Actor), schema.WebhookActorPrefix) {
+		// Created before such actors were refused: it would act as the
+		// webhook-born operations' actor. (Refusals are cached, so this
+		// is said at most once per cache TTL.)
+		s.log.Warn("token refused: its actor is reserved for webhook-born operations; revoke it and create another",
+			zap.String("event", "token_reserved_actor"), zap.Int64("tokenId", p.TokenID))
+		return nil, time.Time{}, errBadAPIToken
+	}
 	if err := json.Unmarshal([]byte(list), &p.Installations); err != nil {
 		return nil, time.Time{}, fmt.Errorf("app: token %d: installations: %w", p.TokenID, err)
 	}

@@ -163,6 +163,35 @@ func TestTokenSpecValidation(t *testing.T) {
 	}
 }
 
+// A token stored with a reserved actor (before such actors were refused)
+// no longer authenticates.
+func TestTokenWithReservedActorRefused(t *testing.T) {
+	t.Parallel()
+	db := newTokenDB(t)
+	ctx := context.Background()
+	s, err := NewTokenStore(db, TokenStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, tok, err := s.CreateToken(ctx, TokenSpec{Actor: "ci", AllInstallations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(ctx, func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(`UPDATE api_tokens SET actor = ? WHERE id = ?`, schema.WebhookActor(1), tok.ID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := NewTokenStore(db, TokenStoreConfig{}) // nothing cached
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Authenticate(ctx, plain); schema.ErrorCode(err) != schema.CodeUnauthorized {
+		t.Errorf("a token of actor %s: %v, want unauthorized", schema.WebhookActor(1), err)
+	}
+}
+
 // The cache stays bounded under a flood of random tokens and keeps
 // authenticating the good one.
 func TestTokenCacheBounded(t *testing.T) {
