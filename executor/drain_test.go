@@ -152,3 +152,59 @@ func TestStopStartsNoNewCall(t *testing.T) {
 		t.Errorf("the resource's lease after the stop: %+v, %v", st, err)
 	}
 }
+
+// A wait for a resource held by another operation of this process ends
+// when the worker's consumer begins to stop.
+func TestStopEndsTheLocalWait(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	stopConsumer(t, s) // the stack's own consumer; this test runs its own
+	ctxs, release := make(chan context.Context, 1), make(chan struct{})
+	cons, err := queue.NewConsumer(s.broker, queue.ConsumerConfig{
+		FetchWait: 100 * time.Millisecond,
+		Handler: func(ctx context.Context, id string) queue.Result {
+			ctxs <- ctx
+			<-release
+			return queue.Done()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.submit(t, "drain-local-wait", schema.ActionComment, issue(12), `{"body":"x"}`)
+	var hctx context.Context
+	select {
+	case hctx = <-ctxs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not called")
+	}
+	var turns turnstile
+	turns.enter("issue:octo/demo#99")
+	defer turns.leave("issue:octo/demo#99")
+	waited := make(chan time.Duration, 1)
+	go func() {
+		defer close(release)
+		start := time.Now()
+		if turns.wait(hctx, "issue:octo/demo#99", time.Minute) {
+			t.Error("the wait reported the key left")
+		}
+		waited <- time.Since(start)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- cons.Stop(context.Background()) }()
+	select {
+	case d := <-waited:
+		if d > 5*time.Second {
+			t.Errorf("the local wait ended %v after it began", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the local wait outlived the stop by 10 s")
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("consumer stop: %v", err)
+	}
+}

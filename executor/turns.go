@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/baton-dev/baton/queue"
 )
 
 // Nudger is implemented by dispatchers that can hand an operation to a
@@ -75,7 +77,8 @@ func (t *turnstile) enter(key string) { t.held.watch(key) }
 func (t *turnstile) leave(key string) { t.held.notify(key) }
 
 // wait waits, at most d, for key to be left if it is held here. It
-// reports whether it was held here and has been left.
+// reports whether it was held here and has been left. The wait ends early
+// when ctx ends or its queue consumer begins to stop (queue.Draining).
 func (t *turnstile) wait(ctx context.Context, key string, d time.Duration) bool {
 	ch, ok := t.held.lookup(key)
 	if !ok {
@@ -88,6 +91,7 @@ func (t *turnstile) wait(ctx context.Context, key string, d time.Duration) bool 
 		return true
 	case <-timer.C:
 	case <-ctx.Done():
+	case <-queue.Draining(ctx): // the worker is stopping: the queue has it
 	}
 	return false
 }
