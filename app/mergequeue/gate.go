@@ -139,6 +139,16 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the required checks of %s: %w", base, err)
 	default:
+		if rsc.Strict {
+			// GitHub refuses to merge a head behind its base when the
+			// protection asks for up-to-date branches, and the queue
+			// does not update branches: after one merge, the next pull
+			// requests would bounce until they are updated.
+			if _, warned := r.q.protectionWarned.LoadOrStore("strict:"+r.key+"@"+base, true); !warned {
+				r.log.Warn("branch protection requires branches to be up to date before merging; the merge queue does not update branches, so a pull request behind its base bounces (logged once per base)",
+					zap.String(logEvent, "mergequeue.protection_strict"), zap.String("base", base))
+			}
+		}
 		if rsc.Contexts != nil {
 			req = append(req, *rsc.Contexts...)
 		}

@@ -55,3 +55,30 @@ func TestGateWithoutProtectionAccess(t *testing.T) {
 		t.Errorf("the refused protection read was logged %d times, want once", n)
 	}
 }
+
+// A base whose protection requires up-to-date branches is named to the
+// operator once: the queue does not update branches.
+func TestStrictProtectionWarned(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	s := newStack(t, stackOptions{mq: func(c *mergequeue.Config) { c.Logger = zap.New(core) }})
+	const repo = "strict"
+	s.repo(t, repo, 2, []string{"ci"})
+	if err := s.sim.SetRequiredChecks("octo", repo, "main", []string{"ci"}, true); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 2; n++ {
+		sha := s.pull(t, repo, n).HeadSHA
+		if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// (The simulator merges heads behind their base.)
+	waitFor(t, 20*time.Second, "#1 and #2 merged", func() bool { return s.mergedAndOut(t, repo, 1) && s.mergedAndOut(t, repo, 2) })
+	if n := logs.FilterField(zap.String("event", "mergequeue.protection_strict")).Len(); n != 1 {
+		t.Errorf("the strict protection was logged %d times, want once", n)
+	}
+}

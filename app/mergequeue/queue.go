@@ -20,8 +20,9 @@ type Queue struct {
 	fin *finisher
 
 	// protectionWarned holds the "repository key@base" of the bases whose
-	// protection this process was refused, so that the warning is logged
-	// once per base, not on every run.
+	// protection this process was refused, and "strict:repository
+	// key@base" of those whose protection requires up-to-date branches, so
+	// that each warning is logged once per base, not on every run.
 	protectionWarned sync.Map
 
 	mu      sync.Mutex

@@ -73,7 +73,9 @@ prints commands to try. Nothing leaves the loopback interface.
 The merge queue merges pull requests labeled --merge-queue-label one at a
 time, in order, once the checks of their head passed: the checks listed in
 --merge-queue-checks, or else the required checks of the base branch's
-protection (with none, every check reported on the head).
+protection (with none, every check reported on the head). It does not update
+branches: where protection requires them up to date, a pull request behind
+its base bounces.
 
 Every flag can also be set with an environment variable: BATON_ and the
 flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
