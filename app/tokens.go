@@ -170,7 +170,7 @@ func (s *TokenStore) CreateToken(ctx context.Context, spec TokenSpec) (string, T
 	if err := schema.ValidateActor(spec.Actor); err != nil {
 		return "", Token{}, err
 	}
-	if strings.HasPrefix(strings.ToLower(spec.Actor), schema.WebhookActorPrefix) {
+	if schema.ReservedActor(spec.Actor) {
 		return "", Token{}, schema.Invalidf("actor names beginning with %q are reserved for the operations baton derives from webhooks", schema.WebhookActorPrefix)
 	}
 	installations := slices.Clone(spec.Installations)
@@ -334,7 +334,7 @@ func (s *TokenStore) lookup(ctx context.Context, hash [sha256.Size]byte) (*Princ
 	if revoked.Valid {
 		return nil, time.Time{}, errBadAPIToken
 	}
-	if strings.HasPrefix(strings.ToLower(p.Actor), schema.WebhookActorPrefix) {
+	if schema.ReservedActor(p.Actor) {
 		// Created before such actors were refused: it would act as the
 		// webhook-born operations' actor. (Refusals are cached, so this
 		// is said at most once per cache TTL.)

@@ -34,6 +34,12 @@ func DerivedKey(trigger string, parts ...string) string {
 // as their own.
 const WebhookActorPrefix = "github:"
 
+// ReservedActor reports whether actor begins with WebhookActorPrefix, in
+// any case: no API token may act under it.
+func ReservedActor(actor string) bool {
+	return strings.HasPrefix(strings.ToLower(actor), WebhookActorPrefix)
+}
+
 // WebhookActor is the actor of operations born from webhooks of an
 // installation: "github:<installation>".
 func WebhookActor(installationID int64) string {
