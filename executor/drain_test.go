@@ -25,6 +25,21 @@ func stopConsumer(t *testing.T, s *stack) time.Duration {
 	return time.Since(start)
 }
 
+// ownConsumer stops s's consumer and starts one running handler in its
+// place; the test stops it.
+func ownConsumer(t *testing.T, s *stack, handler queue.Handler) *queue.Consumer {
+	t.Helper()
+	stopConsumer(t, s)
+	cons, err := queue.NewConsumer(s.broker, queue.ConsumerConfig{FetchWait: 100 * time.Millisecond, Handler: handler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return cons
+}
+
 // A consumer that stops while an operation waits out a Retry-After does
 // not wait for it: the operation goes back to the queue for the rest of
 // the wait, with no attempt spent and its lease released.
@@ -105,25 +120,15 @@ func TestStopEndsTheHandoffChain(t *testing.T) {
 func TestStopStartsNoNewCall(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
-	stopConsumer(t, s) // the stack's own consumer; this test runs its own
 	ready := make(chan struct{})
 	results := make(chan Result, 1)
-	cons, err := queue.NewConsumer(s.broker, queue.ConsumerConfig{
-		FetchWait: 100 * time.Millisecond,
-		Handler: func(ctx context.Context, id string) queue.Result {
-			close(ready)
-			<-queue.Draining(ctx) // Process begins only once the stop has
-			r := s.exec.Process(ctx, id)
-			results <- r
-			return queue.RetryAfter(r.Delay)
-		},
+	cons := ownConsumer(t, s, func(ctx context.Context, id string) queue.Result {
+		close(ready)
+		<-queue.Draining(ctx) // Process begins only once the stop has
+		r := s.exec.Process(ctx, id)
+		results <- r
+		return queue.RetryAfter(r.Delay)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cons.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	rec := s.submit(t, "drain-no-call", schema.ActionComment, issue(12), `{"body":"not now"}`)
 	select {
 	case <-ready:
@@ -158,22 +163,12 @@ func TestStopStartsNoNewCall(t *testing.T) {
 func TestStopEndsTheLocalWait(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
-	stopConsumer(t, s) // the stack's own consumer; this test runs its own
 	ctxs, release := make(chan context.Context, 1), make(chan struct{})
-	cons, err := queue.NewConsumer(s.broker, queue.ConsumerConfig{
-		FetchWait: 100 * time.Millisecond,
-		Handler: func(ctx context.Context, id string) queue.Result {
-			ctxs <- ctx
-			<-release
-			return queue.Done()
-		},
+	cons := ownConsumer(t, s, func(ctx context.Context, id string) queue.Result {
+		ctxs <- ctx
+		<-release
+		return queue.Done()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cons.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	s.submit(t, "drain-local-wait", schema.ActionComment, issue(12), `{"body":"x"}`)
 	var hctx context.Context
 	select {
