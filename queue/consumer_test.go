@@ -182,8 +182,7 @@ func TestDrainingSignalsStop(t *testing.T) {
 	}
 	b := startBroker(t, "")
 	started := make(chan struct{}, 1)
-	c, err := NewConsumer(b, ConsumerConfig{
-		FetchWait: 100 * time.Millisecond,
+	c := startConsumer(t, b, ConsumerConfig{
 		Handler: func(ctx context.Context, id string) Result {
 			started <- struct{}{}
 			select {
@@ -194,12 +193,6 @@ func TestDrainingSignalsStop(t *testing.T) {
 			}
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	dispatch(t, b, "waiting")
 	select {
 	case <-started:
