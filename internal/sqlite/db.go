@@ -23,6 +23,12 @@ import (
 // ErrClosed is returned by Write after Close.
 var ErrClosed = errors.New("sqlite: database closed")
 
+// errTxLost marks a batch whose transaction is gone: a savepoint could not
+// be rolled back or released, because SQLite rolled back the whole
+// transaction (SQLITE_FULL, IOERR, NOMEM, INSERT OR ROLLBACK, ...) or the
+// connection no longer holds it in a known state.
+var errTxLost = errors.New("sqlite: batch transaction rolled back")
+
 // Options configure Open.
 type Options struct {
 	// Synchronous is SQLite's synchronous setting: "FULL" (every commit is
@@ -213,7 +219,9 @@ func (db *DB) Path() string { return db.path }
 // callers waiting at the same time, and returns once that transaction has
 // committed (fn's error, or the commit's). fn runs in its own savepoint: if
 // it returns an error or panics, its changes are rolled back and the other
-// functions of the batch still commit.
+// functions of the batch still commit. If SQLite rolls back the whole
+// transaction instead (a full disk, an I/O error, INSERT OR ROLLBACK), every
+// write of the batch returns an error wrapping the cause.
 //
 // If ctx ends before fn has started, fn is not run and ctx's error is
 // returned. Once fn has started, Write waits for the commit whatever ctx
@@ -341,6 +349,7 @@ func (db *DB) commit(batch []*request) {
 	}
 	single := len(batch) == 1
 	t0 := time.Now()
+	var lost error
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			errs[i] = err
@@ -349,14 +358,31 @@ func (db *DB) commit(batch []*request) {
 		t := &Tx{tx: tx, db: db, ctx: r.ctx}
 		if single {
 			errs[i] = call(r.fn, t)
-		} else {
-			errs[i] = db.inSavepoint(t, r.fn)
+		} else if errs[i] = db.inSavepoint(t, r.fn); errors.Is(errs[i], errTxLost) {
+			// The writes before this one are gone with the transaction,
+			// and the ones after would each run and commit on their own
+			// outside it (SAVEPOINT outside a transaction begins one,
+			// RELEASE commits it). Run no more of the batch.
+			lost = errs[i]
+			break
 		}
 		ran = ran || errs[i] == nil
 	}
 	t1 := time.Now()
 	db.runNanos.Add(int64(t1.Sub(t0)))
-	if single && errs[0] != nil || !ran {
+	if lost != nil {
+		// Nothing of the batch is kept: every write that has not failed on
+		// its own gets the cause. The rollback ends the transaction if it
+		// is still open and fails harmlessly if SQLite has ended it; either
+		// way the connection is back in autocommit for the next batch.
+		_ = tx.Rollback()
+		db.log.Error("batch transaction lost", zap.Error(lost), zap.Int("batch", len(batch)))
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("sqlite: write not kept: another write of its batch lost the transaction: %w", lost)
+			}
+		}
+	} else if single && errs[0] != nil || !ran {
 		_ = tx.Rollback()
 	} else if cerr := tx.Commit(); cerr != nil {
 		cerr = fmt.Errorf("sqlite: commit: %w", cerr)
@@ -373,21 +399,25 @@ func (db *DB) commit(batch []*request) {
 	}
 }
 
+// inSavepoint runs fn in a savepoint of the batch's transaction, rolled
+// back if fn fails. If the savepoint cannot be rolled back or released, the
+// transaction is lost (see errTxLost) and the error wraps errTxLost, fn's
+// error and the savepoint's.
 func (db *DB) inSavepoint(t *Tx, fn func(*Tx) error) error {
 	if _, err := t.Exec("SAVEPOINT batch_item"); err != nil {
 		return fmt.Errorf("sqlite: savepoint: %w", err)
 	}
 	if err := call(fn, t); err != nil {
 		if _, rerr := t.Exec("ROLLBACK TO batch_item"); rerr != nil {
-			return errors.Join(err, fmt.Errorf("sqlite: rollback to savepoint: %w", rerr))
+			return errors.Join(err, fmt.Errorf("%w: rollback to savepoint: %w", errTxLost, rerr))
 		}
 		if _, rerr := t.Exec("RELEASE batch_item"); rerr != nil {
-			return errors.Join(err, fmt.Errorf("sqlite: release savepoint: %w", rerr))
+			return errors.Join(err, fmt.Errorf("%w: release savepoint: %w", errTxLost, rerr))
 		}
 		return err
 	}
 	if _, err := t.Exec("RELEASE batch_item"); err != nil {
-		return fmt.Errorf("sqlite: release savepoint: %w", err)
+		return fmt.Errorf("%w: release savepoint: %w", errTxLost, err)
 	}
 	return nil
 }

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+	driver "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -193,5 +198,113 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), "", Options{}); err == nil {
 		t.Error("empty path accepted")
+	}
+}
+
+// When SQLite rolls back a batch's whole transaction (disk full, INSERT OR
+// ROLLBACK, ...), no write of the batch is kept, so each one gets an error
+// carrying the cause, and the next batch still commits.
+func TestBatchTransactionLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		code int    // SQLite primary result code of the failure
+		fail string // statements of the write that makes SQLite roll back
+	}{
+		{"disk full", sqlite3.SQLITE_FULL,
+			`PRAGMA max_page_count = 8; INSERT INTO kv (k, v) VALUES ('big', zeroblob(1000000))`},
+		{"insert or rollback", sqlite3.SQLITE_CONSTRAINT,
+			`INSERT OR ROLLBACK INTO kv (k, v) VALUES ('old', 2)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := openTest(t)
+			ctx := context.Background()
+			insert := func(k string) func(*Tx) error {
+				return func(tx *Tx) error {
+					_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES (?, 1)`, k)
+					return err
+				}
+			}
+			if err := db.Write(ctx, insert("old")); err != nil {
+				t.Fatal(err)
+			}
+
+			// Hold the writer so that a, the failing write and c queue up
+			// and run in that order in one batch.
+			gate, started := make(chan struct{}), make(chan struct{})
+			held := make(chan error, 1)
+			go func() {
+				held <- db.Write(ctx, func(*Tx) error { close(started); <-gate; return nil })
+			}()
+			<-started
+			fns := []func(*Tx) error{insert("a"), func(tx *Tx) error {
+				for _, q := range strings.Split(tc.fail, ";") {
+					if _, err := tx.Exec(q); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, insert("c")}
+			errs := make([]chan error, len(fns))
+			for i, fn := range fns {
+				errs[i] = make(chan error, 1)
+				go func() { errs[i] <- db.Write(ctx, fn) }()
+				for deadline := time.Now().Add(5 * time.Second); len(db.reqs) < i+1; runtime.Gosched() {
+					if time.Now().After(deadline) {
+						t.Fatalf("write %d never queued", i)
+					}
+				}
+			}
+			close(gate)
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			for i, name := range []string{"a", "failing", "c"} {
+				err := <-errs[i]
+				var se *driver.Error
+				if !errors.As(err, &se) || se.Code()&0xff != tc.code {
+					t.Errorf("write %s: err = %v, want one carrying SQLite code %d", name, err, tc.code)
+				}
+			}
+			var kept []string
+			rows, err := db.Query(ctx, `SELECT k FROM kv WHERE k <> 'old' ORDER BY k`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var k string
+				if err := rows.Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				kept = append(kept, k)
+			}
+			rows.Close()
+			if len(kept) > 0 {
+				t.Errorf("rows %v kept by writes that returned an error", kept)
+			}
+
+			// The database takes writes again, in batches and alone.
+			if err := db.Write(ctx, func(tx *Tx) error {
+				_, err := tx.Exec(`PRAGMA max_page_count = 1073741823`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for _, k := range []string{"d", "e", "f"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := db.Write(ctx, insert(k)); err != nil {
+						t.Errorf("write %s after the lost batch: %v", k, err)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := count(t, db); got != 4 {
+				t.Errorf("rows = %d, want 4 (old, d, e, f)", got)
+			}
+		})
 	}
 }
