@@ -62,8 +62,8 @@ func (c *Coordinator) KeepAlive(ctx context.Context, l *Lease) (context.Context,
 func (c *Coordinator) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, l *Lease, done chan<- struct{}) {
 	defer close(done)
 	lose := func(e *LeaseLostError) {
-		if ctx.Err() != nil {
-			return // stopped meanwhile: not a loss the holder needs to hear of
+		if ctx.Err() != nil || l.releaseStarted() {
+			return // stopped or released meanwhile: not a loss the holder needs to hear of
 		}
 		l.markLost(e)
 		cancel(e)

@@ -16,7 +16,15 @@ import (
 // a test double at the seam the package declares (Config.Store).
 type storeFuncs struct {
 	Store
-	renew func(ctx context.Context, f Fence, ttl time.Duration) (Grant, error)
+	renew   func(ctx context.Context, f Fence, ttl time.Duration) (Grant, error)
+	release func(ctx context.Context, f Fence, before func(*sqlite.Tx) error) error
+}
+
+func (s storeFuncs) Release(ctx context.Context, f Fence, before func(*sqlite.Tx) error) error {
+	if s.release != nil {
+		return s.release(ctx, f, before)
+	}
+	return s.Store.Release(ctx, f, before)
 }
 
 func (s storeFuncs) Renew(ctx context.Context, f Fence, ttl time.Duration) (Grant, error) {
@@ -284,6 +292,53 @@ func TestKeepAliveAfterRelease(t *testing.T) {
 	}
 	if n := b.logs.FilterField(stringField(fieldEvent, eventLost)).Len(); n != 0 {
 		t.Errorf("a release was logged as a loss")
+	}
+}
+
+// A renewal that lands just after the release deleted the lease finds no
+// lease: that is the release, not a loss. The keepalive ends quietly and
+// the handle says released.
+func TestKeepAliveRenewalRacingRelease(t *testing.T) {
+	t.Parallel()
+	renewing, deleted := make(chan struct{}), make(chan struct{})
+	var work context.Context
+	b := newBundle(t, setup{store: func(real Store) Store {
+		return storeFuncs{Store: real,
+			renew: func(ctx context.Context, f Fence, ttl time.Duration) (Grant, error) {
+				close(renewing)
+				<-deleted // renews in the release's batch, after its delete
+				return real.Renew(ctx, f, ttl)
+			},
+			release: func(ctx context.Context, f Fence, before func(*sqlite.Tx) error) error {
+				err := real.Release(ctx, f, before)
+				close(deleted)
+				// Let the keepalive take the renewal's answer before the
+				// release's own answer reaches the handle.
+				select {
+				case <-work.Done():
+				case <-time.After(300 * time.Millisecond):
+				}
+				return err
+			},
+		}
+	}})
+	l := mustAcquire(t, b.c, testKey, "op-a", 30*time.Second)
+	var stop func()
+	work, stop = b.c.KeepAlive(context.Background(), l)
+	defer stop()
+	waitTimersAt(t, b.clock, epoch.Add(10*time.Second))
+	b.clock.Advance(10 * time.Second)
+	<-renewing
+	if err := b.c.Release(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	wantLost(t, "AssertOwned", l.AssertOwned(), LostReleased)
+	if n := b.logs.FilterField(stringField(fieldEvent, eventLost)).Len(); n != 0 {
+		t.Errorf("the release was logged as a loss")
+	}
+	if !errors.Is(context.Cause(work), context.Canceled) {
+		t.Errorf("cause = %v, want a plain stop", context.Cause(work))
 	}
 }
 

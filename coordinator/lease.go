@@ -35,6 +35,10 @@ type Lease struct {
 	// fenced write or the keepalive found it lost.
 	lost *LeaseLostError
 	kept bool // a KeepAlive runs on this lease
+	// releasing: a Release is in flight. A renewal that lands in the same
+	// write batch after the release's delete finds no lease; the keepalive
+	// must not report that as a loss.
+	releasing bool
 }
 
 func (c *Coordinator) newLease(g Grant, asked time.Time) *Lease {
@@ -115,6 +119,20 @@ func (l *Lease) noteErr(err error) {
 	if errors.As(err, &lost) && lost.Key == l.Key && lost.Owner == l.Owner && lost.Token == l.Token {
 		l.markLost(lost)
 	}
+}
+
+func (l *Lease) setReleasing(v bool) {
+	l.mu.Lock()
+	l.releasing = v
+	l.mu.Unlock()
+}
+
+// releaseStarted reports whether the holder released the lease or is
+// releasing it.
+func (l *Lease) releaseStarted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.releasing || (l.lost != nil && l.lost.Reason == LostReleased)
 }
 
 // released reports whether the holder released the lease.
@@ -262,11 +280,17 @@ func (c *Coordinator) Release(ctx context.Context, l *Lease) error {
 // share one fsync. fn runs on the database's writer: it must be short and
 // wait for nothing.
 func (c *Coordinator) ReleaseWith(ctx context.Context, l *Lease, fn func(*sqlite.Tx) error) error {
+	l.setReleasing(true)
 	err := c.store.Release(ctx, l.Fence, fn)
 	if err == nil {
-		l.markLost(l.lostError(LostReleased, nil))
+		// Released, whatever a renewal racing the release noted first
+		// (lost_not_held: it ran after the delete).
+		l.mu.Lock()
+		l.lost = l.lostError(LostReleased, nil)
+		l.mu.Unlock()
 	} else {
 		l.noteErr(err)
+		l.setReleasing(false)
 	}
 	c.metrics.releases.WithLabelValues(result(err)).Inc()
 	return err
