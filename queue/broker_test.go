@@ -180,3 +180,65 @@ func TestRestartKeepsUnacknowledged(t *testing.T) {
 		}
 	}
 }
+
+// A message sent back at once as its consumer stops — by its handler
+// (drained) or by Stop's deadline — comes back at once after the embedded
+// server restarts too, not once its AckWait has run out.
+func TestSentBackAtStopSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		handler  func(ctx context.Context) Result
+	}{
+		{"handler gives it back", 10 * time.Second, func(ctx context.Context) Result {
+			<-Draining(ctx)
+			return RetryAfter(0)
+		}},
+		{"stop deadline", 200 * time.Millisecond, func(ctx context.Context) Result {
+			<-ctx.Done()
+			return Failed(ctx.Err())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			first, err := New(Config{DataDir: dir, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{}, 1)
+			c, err := NewConsumer(first, ConsumerConfig{AckWait: 5 * time.Minute, FetchWait: 100 * time.Millisecond,
+				Handler: func(ctx context.Context, _ string) Result {
+					started <- struct{}{}
+					return tc.handler(ctx)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			dispatch(t, first, "sent-back")
+			select {
+			case <-started:
+			case <-time.After(5 * time.Second):
+				t.Fatal("handler not called")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+			defer cancel()
+			_ = c.Stop(ctx)
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			b := startBroker(t, dir)
+			rec := newRecorder()
+			startConsumer(t, b, ConsumerConfig{AckWait: 5 * time.Minute, Handler: rec.handle})
+			eventually(t, 10*time.Second, "redelivered after the restart", func() bool { return rec.count("sent-back") == 1 })
+		})
+	}
+}

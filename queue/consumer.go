@@ -451,13 +451,13 @@ func (c *Consumer) handle(sl *slot, msg jetstream.Msg) {
 		if res.delay > 0 {
 			c.settle(id, msg.NakWithDelay(res.delay))
 		} else {
-			c.settle(id, msg.Nak())
+			c.nak(msg)
 		}
 	default:
 		c.counters.handledFailed.Add(1)
 		if c.handlerCtx.Err() != nil {
 			// Interrupted by Stop: not the operation's failure.
-			c.settle(id, msg.Nak())
+			c.nak(msg)
 			return
 		}
 		c.fail(msg, id, failures+1, res.Err())
@@ -485,8 +485,14 @@ func (c *Consumer) settle(id string, err error) {
 	}
 }
 
+// nak sends msg back for redelivery at once. It is a nak with the shortest
+// delay rather than a plain one: JetStream keeps a plain nak's redelivery
+// only in memory, so a server restarted meanwhile (the embedded one, with
+// baton) would hold the message until its AckWait ran out (a minute by
+// default); a delayed nak moves the message's stored deadline, which
+// survives the restart.
 func (c *Consumer) nak(msg jetstream.Msg) {
-	c.settle(string(msg.Data()), msg.Nak())
+	c.settle(string(msg.Data()), msg.NakWithDelay(time.Millisecond))
 }
 
 // nakInHand naks the messages whose handlers are still running, so that

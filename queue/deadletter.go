@@ -129,8 +129,9 @@ func parseDeadLetter(raw *jetstream.RawStreamMsg) (DeadLetter, bool) {
 // StreamOperations with no failures counted, then removes the dead letter.
 // The replayed message has its own message ID, so it is stored even within
 // the dedupe window of the operation's first dispatch. If baton stops
-// between the two steps, the dead letter stays and replaying it again
-// stores nothing new.
+// between the two steps, the dead letter stays, and replaying it again
+// within the dedupe window stores nothing new (later, a second message the
+// executor finds already handled).
 func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
 	s, err := b.session()
 	if err != nil {

@@ -42,7 +42,11 @@
 // letter, a replay, a republish) has a message ID of its own, so the dedupe
 // window never swallows it; and the ones a crash could make baton repeat
 // (retry, dead letter, replay) take their ID from the sequence of the
-// message they replace, so a repetition is stored once.
+// message they replace, so a repetition within the dedupe window is stored
+// once. One later than that (a redelivery after a long AckWait, a second
+// replay minutes after the first) stores a second message for the same
+// operation; the executor finds its record terminal or its resource held,
+// so the operation still runs once.
 //
 // After a crash, a message that was in a handler's hands is delivered again
 // within about AckWait of the restart (sooner if the consumer's state had

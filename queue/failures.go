@@ -51,7 +51,7 @@ func (c *Consumer) backoff(n int) time.Duration {
 // letter instead. The copy or dead letter is stored before the original is
 // acknowledged, so an operation is never in neither stream; their message
 // IDs are derived from the original's sequence, so repeating the step after
-// a crash stores nothing new. If the copy cannot be stored, the original is
+// a crash stores nothing new within the dedupe window. If the copy cannot be stored, the original is
 // nak'ed with the backoff and this failure is not counted.
 func (c *Consumer) fail(msg jetstream.Msg, id string, n int, cause error) {
 	reason := reasonText(cause)
