@@ -562,20 +562,49 @@ func (s *Server) Stop(ctx context.Context) error {
 	return s.stopAll(ctx)
 }
 
+// stopAll stops the parts in the reverse of the order they started. When
+// ctx's deadline passes, what was still running is cut short: the
+// HTTP requests still open are closed, the queue's workers are cancelled
+// (a call to GitHub in flight is interrupted, its operation released and
+// sent back to the queue, to be probed when it runs again). That is the
+// deadline doing its job, not a failure: it is logged, not returned. The
+// parts left to close then get a short bound each of their own, so that
+// the queue and the database still close cleanly.
 func (s *Server) stopAll(ctx context.Context) error {
 	var errs []error
+	late := false
 	if s.http != nil {
 		s.api.EndWaits()
 		if err := s.http.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("http: %w", err))
+			if ctx.Err() == nil {
+				errs = append(errs, fmt.Errorf("http: %w", err))
+			}
+			late = true
+			_ = s.http.Close() // the requests still running are cut
 		}
 		s.serveWG.Wait()
 	}
 	for i := len(s.stops) - 1; i >= 0; i-- {
-		if err := s.stops[i](ctx); err != nil {
+		if ctx.Err() != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopAfterDeadline)
+			if err := s.stops[i](sctx); err != nil {
+				errs = append(errs, err)
+			}
+			cancel()
+			continue
+		}
+		if err := s.stops[i](ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded)) {
 			errs = append(errs, err)
 		}
 	}
 	s.stops = nil
+	if late || ctx.Err() != nil {
+		s.log.Warn("the shutdown deadline passed: work still running was cut short and goes back to the queue",
+			zap.String("event", "shutdown_deadline"))
+	}
 	return errors.Join(errs...)
 }
+
+// stopAfterDeadline bounds each part's stop once the shutdown deadline has
+// passed.
+const stopAfterDeadline = 5 * time.Second

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
@@ -441,5 +443,88 @@ func TestServerMergeQueue(t *testing.T) {
 	// A repository baton is not installed on.
 	if _, err := c.Queue(ctx, "elsewhere", "repo"); schema.ErrorCode(err) != schema.CodeNotFound {
 		t.Errorf("unknown repository: %v", err)
+	}
+}
+
+// A stop whose deadline passes while a call to GitHub is in flight cuts
+// the call short, releases the operation's lease and sends it back, and
+// reports success (the deadline did its job). After a restart the
+// operation runs again at once, not once its lease has expired: it probes
+// first (the interrupted call may have been applied) and posts its
+// comment once.
+func TestServerStopDeadlineReleasesWork(t *testing.T) {
+	t.Parallel()
+	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if _, err := sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultLatency,
+		Latency: time.Minute, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{DataDir: t.TempDir(), GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
+		WebhookSecret: sim.WebhookSecret(), LeaseTTL: 45 * time.Second, Logger: zaptest.NewLogger(t)}
+	first := startServer(t, cfg)
+	token, _, err := first.Tokens().CreateToken(context.Background(), TokenSpec{Actor: "ci", AllInstallations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(srv *Server) (*client.Client, client.Operation) {
+		c, _ := client.New(srv.URL(), client.WithToken(token))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			op, _, err := c.Submit(context.Background(), client.SubmitRequest{IdempotencyKey: "deadline-1", Action: schema.ActionComment,
+				Resource: schema.Resource{Type: "issue", ID: "octo/demo#10"}, Payload: json.RawMessage(`{"body":"once"}`)})
+			if err == nil {
+				return c, op
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("submit: %v", err)
+			}
+		}
+	}
+	c, op := submit(first)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		cur, err := c.Get(context.Background(), op.OperationID)
+		if err == nil && cur.Status == schema.StatusRunning && cur.Attempts == 1 {
+			break // the call is in flight, held by the latency fault
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call did not start: %+v %v", cur, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := first.Stop(ctx); err != nil {
+		t.Errorf("stop past its deadline: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stop took %s", d)
+	}
+
+	// Restarted, the operation runs before its lease (45 s) could
+	// have expired: the lease was released.
+	second := startServer(t, cfg)
+	c, _ = submit(second) // the same key: the existing operation
+	done, err := c.Wait(context.Background(), op.OperationID, 20*time.Second)
+	if err != nil || done.Status != schema.StatusSucceeded {
+		t.Fatalf("after the restart: %+v %v", done, err)
+	}
+	probed := false
+	for _, a := range done.AttemptLog {
+		probed = probed || a.Probe
+	}
+	if !probed || done.Attempts != 2 {
+		t.Errorf("attempts %d, attempt log %+v: want the interrupted attempt, a probe, then the call", done.Attempts, done.AttemptLog)
+	}
+	is, err := sim.Issue("octo", "demo", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cm := range is.Comments {
+		if strings.Contains(cm.Body, "once") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d comments posted, want 1", n)
 	}
 }

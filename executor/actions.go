@@ -22,6 +22,16 @@ type action interface {
 	probe(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, payload any) (done bool, result any, resp *github.Response, err error)
 }
 
+// probeless is implemented by the actions whose probe checks nothing
+// (an ambiguous failure is simply retried).
+type probeless interface{ noProbe() }
+
+// hasProbe reports whether act can check its post-condition.
+func hasProbe(act action) bool {
+	_, none := act.(probeless)
+	return act != nil && !none
+}
+
 // actions maps every registered action name to its implementation.
 var actions = map[string]action{
 	schema.ActionMerge:        mergeAction{},
@@ -398,6 +408,8 @@ func (createStatusAction) do(ctx context.Context, c *github.Client, _ *schema.Re
 	}
 	return statusResult{StatusID: r.GetID(), State: r.GetState(), Context: r.GetContext()}, resp, nil
 }
+
+func (createStatusAction) noProbe() {}
 
 // probe: a commit status is idempotent (the latest of a context wins), so
 // after an ambiguous failure it is simply sent again.

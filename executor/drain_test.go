@@ -177,8 +177,8 @@ func TestStopEndsTheLocalWait(t *testing.T) {
 		t.Fatal("the handler was not called")
 	}
 	var turns turnstile
-	turns.enter("issue:octo/demo#99")
-	defer turns.leave("issue:octo/demo#99")
+	leave := turns.enter("issue:octo/demo#99")
+	defer leave()
 	waited := make(chan time.Duration, 1)
 	go func() {
 		defer close(release)

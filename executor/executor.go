@@ -242,13 +242,16 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 	rec, err := e.store.RequestCancel(ctx, operationID)
 	if err == nil && rec.Status == schema.StatusRunning {
 		e.cancels.notify(operationID)
-		if rec.NextAttemptAt != nil {
-			// It may be waiting in the queue (sent back for a long wait)
-			// rather than in a worker: a fresh message has it recorded
-			// cancelled now instead of when the wait ends. (If a worker
-			// holds it, that message finds it terminal.)
-			e.nudge(ctx, operationID)
-		}
+		// It may be in no worker: waiting in the queue (sent back for a
+		// long wait), or with no message at all (dead-lettered after a
+		// failure once it was marked running), blocking its resource. A
+		// fresh message has it recorded cancelled now (after the probe an
+		// attempt that may have been applied is owed). If a worker holds
+		// it, that message finds its lease held and comes back later, or
+		// finds it terminal: it never makes a call — a record with its
+		// cancellation requested only probes — and a busy resource does
+		// not count toward dead-lettering.
+		e.nudge(ctx, operationID)
 	}
 	if err == nil && rec.Status == schema.StatusCancelled && e.nudger != nil && e.writer != nil {
 		// The next operation on its resource was waiting for it: it may

@@ -50,10 +50,14 @@ func retry(d time.Duration) Result { return Result{Kind: ResultRetry, Delay: d} 
 func failed(err error) Result      { return Result{Kind: ResultFailed, Err: err} }
 func (r Result) String() string    { return [...]string{"?", "done", "retry", "failed"}[r.Kind] }
 func (e *Executor) busy() Result   { return retry(e.cfg.BusyDelay) }
-func (e *Executor) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	// A call in flight is never interrupted: not by a cancellation, not by
-	// a lost lease, not by shutdown. Only its own timeout ends it.
-	return context.WithTimeout(context.WithoutCancel(ctx), e.gh.Timeout())
+func (e *Executor) callCtx(ctx, worker context.Context) (context.Context, context.CancelFunc) {
+	// A call in flight is not interrupted by a cancellation, a lost lease
+	// or a graceful stop (draining): only its own timeout ends it, or the
+	// end of the worker's context, which the queue cancels when a stop's
+	// deadline has passed (see runner.interrupted).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.gh.Timeout())
+	unhook := context.AfterFunc(worker, cancel)
+	return cctx, func() { unhook(); cancel() }
 }
 
 // Leases is what the executor needs of the lease coordinator
@@ -205,6 +209,15 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
 	}
+	if !rec.CancellationRequested && rec.NextAttemptAt != nil {
+		// The operation was sent back to the queue until then (a long
+		// Retry-After, a pause, a turn in the pace): a delivery that comes
+		// earlier (a nudge, a duplicate, the reconciler's) does not run it
+		// early, and spends no attempt. A cancellation does not wait.
+		if w := rec.NextAttemptAt.Sub(e.now()); w > 0 {
+			return retry(w), false
+		}
+	}
 	if !handedOff {
 		if older, err := e.writer.OlderPending(ctx, rec); err != nil {
 			return failed(err), false
@@ -224,7 +237,8 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 		// A wait GitHub imposed on the installation, or a long turn in its
 		// pace: go back to the queue without touching the lease. An
 		// operation asked to stop does not wait: it takes the lease only
-		// to be recorded cancelled.
+		// to be recorded cancelled (after a probe, when an earlier attempt
+		// may have been applied).
 		if w := e.pauses.remaining(inst, now); w > 0 {
 			return retry(w), false
 		}
@@ -279,21 +293,26 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 		log.Info("took over an expired lease", zap.String(LogEvent, "lease_preempted"),
 			zap.String("previousOwner", lease.Preempted.Owner), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
 	}
-	e.turns.enter(rec.Resource.Key())
-	defer e.turns.leave(rec.Resource.Key()) // also when the lease was lost
+	leave := e.turns.enter(rec.Resource.Key())
+	defer leave() // also when the lease was lost
 	kctx, stop := e.leases.KeepAlive(ctx, lease)
 	defer stop()
-	r := &runner{e: e, ctx: kctx, parent: ctx, drain: queue.Draining(ctx), lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart}
+	r := &runner{e: e, ctx: kctx, parent: ctx, drain: queue.Draining(ctx), lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart, leave: leave}
 	cancelled, unwatch := e.cancels.watch(rec.OperationID)
 	defer unwatch()
 	r.cancelled = cancelled
-	if run.CancellationRequested {
+	if run.CancellationRequested && !r.probeOwed() {
 		res, _ := r.boundary()
 		return res, false
 	}
 	if unavailable != nil {
+		// (Also when a cancellation was requested after an attempt that
+		// may have been applied: without the installation nothing can
+		// check it, so the record must not say cancelled.)
 		return r.finish(schema.StatusFailed, nil, CategoryInstallationUnavailable, unavailable.Error()), false
 	}
+	// A cancellation after an attempt that may have been applied is
+	// recorded only once the probe has looked: the loop probes first.
 	return r.loop(), false
 }
 
@@ -336,6 +355,7 @@ type runner struct {
 	inst      int64
 	log       *zap.Logger
 	cancelled <-chan struct{}
+	leave     func() // records the resource left here (see turnstile)
 	client    *github.Client
 	// probeFailures counts the probes that could not tell.
 	probeFailures int
@@ -371,6 +391,11 @@ func (r *runner) loop() Result {
 		if res, stop := r.boundary(); stop {
 			return res
 		}
+		if r.rec.CancellationRequested {
+			// boundary let it go on: a probe is owed before the record
+			// may say cancelled. Nothing but probes happens now.
+			probe = true
+		}
 		if isClosed(r.drain) {
 			// The worker is stopping: no new call (nor probe) starts;
 			// the operation goes back to the queue as it is.
@@ -380,7 +405,7 @@ func (r *runner) loop() Result {
 			if w > e.cfg.MaxInlineWait {
 				return r.requeue(w)
 			}
-			if res, stop := r.wait(w); stop {
+			if res, stop := r.wait(w, false); stop {
 				return res
 			}
 			continue
@@ -393,7 +418,11 @@ func (r *runner) loop() Result {
 			if again {
 				continue
 			}
+			// It found nothing (or the action has no probe). Round the
+			// loop again, so that a cancellation or a stop that came
+			// meanwhile is seen before a new call.
 			probe = false
+			continue
 		}
 		if !r.started && r.rec.Attempts >= r.rec.MaxAttempts {
 			return r.finish(schema.StatusFailed, nil, r.rec.LastErrorCategory, r.rec.LastErrorMessage)
@@ -421,7 +450,10 @@ func (r *runner) pace() (func(), error) {
 }
 
 // boundary is checked between attempts: cancellation requested, lease
-// lost, worker stopping.
+// lost, worker stopping. A cancellation is recorded at once unless an
+// earlier attempt may have been applied (probeOwed): the record must not
+// say cancelled before the probe has looked, so boundary lets the loop go
+// on to probe (and to nothing else).
 func (r *runner) boundary() (Result, bool) {
 	select {
 	case <-r.cancelled:
@@ -429,7 +461,10 @@ func (r *runner) boundary() (Result, bool) {
 	default:
 	}
 	if r.rec.CancellationRequested {
-		return r.finish(schema.StatusCancelled, nil, CategoryCancelled, "cancelled before the next attempt"), true
+		r.cancelled = nil // seen: a closed channel would fire again and again
+		if !r.probeOwed() {
+			return r.finish(schema.StatusCancelled, nil, CategoryCancelled, "cancelled before the next attempt"), true
+		}
 	}
 	if err := r.ctx.Err(); err != nil {
 		if errors.Is(context.Cause(r.ctx), coordinator.ErrLeaseLost) {
@@ -442,12 +477,24 @@ func (r *runner) boundary() (Result, bool) {
 	return Result{}, false
 }
 
+// probeOwed reports whether the last attempt may have been applied without
+// baton knowing (see lastAttemptAmbiguous) and the action can check it.
+func (r *runner) probeOwed() bool {
+	return !r.started && lastAttemptAmbiguous(r.rec) && hasProbe(actions[r.rec.Action])
+}
+
 // wait sleeps d unless the operation is cancelled, the lease lost or the
 // worker stops first; the record is polled for a cancellation requested
 // from another process. A worker that begins to stop (its queue consumer
 // draining) does not sit out the wait: the operation goes back to the
 // queue for what is left of it, spending no attempt.
-func (r *runner) wait(d time.Duration) (Result, bool) {
+//
+// A cancellation that cannot be recorded yet because a probe is owed (see
+// boundary) ends the wait when probeNow is set (a backoff after an
+// ambiguous failure: the probe runs at once); otherwise (the wait follows
+// a probe that could not tell, or is a pause GitHub imposed) the wait goes
+// on.
+func (r *runner) wait(d time.Duration, probeNow bool) (Result, bool) {
 	end := time.Now().Add(d)
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -464,13 +511,20 @@ func (r *runner) wait(d time.Duration) (Result, bool) {
 			return r.requeue(max(time.Until(end), time.Millisecond)), true
 		case <-r.cancelled:
 			r.rec.CancellationRequested = true
-			return r.boundary()
+			if res, stop := r.boundary(); stop || probeNow {
+				return res, stop
+			}
 		case <-r.ctx.Done():
 			return r.boundary()
 		case <-poll.C:
+			if r.rec.CancellationRequested {
+				continue // known already: a probe is owed
+			}
 			if cur, err := r.e.store.Get(r.ctx, r.rec.OperationID); err == nil && cur.CancellationRequested {
 				r.rec.CancellationRequested = true
-				return r.boundary()
+				if res, stop := r.boundary(); stop || probeNow {
+					return res, stop
+				}
 			}
 		}
 	}
@@ -479,15 +533,18 @@ func (r *runner) wait(d time.Duration) (Result, bool) {
 // probe checks the action's post-condition. stop ends Process with res;
 // again means go round the loop again (a wait was imposed).
 func (r *runner) probe(act action) (res Result, stop, again bool) {
+	if !hasProbe(act) {
+		return Result{}, false, false
+	}
 	if err := r.lease.AssertOwned(); err != nil {
 		return r.e.busy(), true, false
 	}
 	start := r.e.now()
-	ctx, cancel := r.e.callCtx(r.ctx)
+	ctx, cancel := r.e.callCtx(r.ctx, r.parent)
 	isDone, result, resp, err := act.probe(ctx, r.client, r.rec, r.target, r.payload)
 	cancel()
-	if resp == nil && err == nil && !isDone {
-		return Result{}, false, false // the action has no probe
+	if err != nil && r.parent.Err() != nil {
+		return r.interrupted("probe"), true, false
 	}
 	a := schema.Attempt{Number: r.rec.Attempts, StartedAt: start, EndedAt: r.e.now(), Probe: true}
 	if resp != nil {
@@ -528,7 +585,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	if res, stop := r.saveBetween(delay); stop {
 		return res, true, false
 	}
-	if res, stop := r.wait(delay); stop {
+	if res, stop := r.wait(delay, false); stop {
 		return res, true, false
 	}
 	return Result{}, false, true
@@ -559,12 +616,15 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		paced()
 		return e.busy(), true, false
 	}
-	ctx, cancel := e.callCtx(r.ctx)
+	ctx, cancel := e.callCtx(r.ctx, r.parent)
 	// An action that reads before it mutates checks the lease again
 	// immediately before the mutating call.
 	result, resp, err := act.do(withGuard(ctx, r.lease.AssertOwned), r.client, r.rec, r.target, r.payload)
 	cancel()
 	paced()
+	if err != nil && r.parent.Err() != nil {
+		return r.interrupted("call"), true, false
+	}
 	var ge *guardError
 	if errors.As(err, &ge) {
 		// The lease ended between the action's read and its mutation:
@@ -630,10 +690,21 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	if res, stop := r.saveBetween(delay); stop {
 		return res, true, false
 	}
-	if res, stop := r.wait(delay); stop {
+	if res, stop := r.wait(delay, true); stop {
 		return res, true, false
 	}
 	return Result{}, false, cl.Ambiguous
+}
+
+// interrupted ends the run whose call (or probe) the worker's hard stop
+// cut short: the stop's deadline passed while it was in flight, and the
+// process is about to exit. As after a crash, the attempt stays without an
+// end, so it counts and is probed before anything else when the operation
+// runs again; unlike after a crash, the lease is released now, so it runs
+// again as soon as a worker takes it, not once the lease has expired.
+func (r *runner) interrupted(what string) Result {
+	r.log.Warn(what+" in flight interrupted by the stop's deadline; sent back to the queue", zap.String(LogEvent, "call_interrupted"))
+	return r.requeue(0)
 }
 
 // saveBetween saves the record before a wait, with nextAttemptAt.
@@ -731,7 +802,7 @@ func (r *runner) release() error {
 	if err := r.e.leases.ReleaseWith(ctx, r.lease, save); err != nil {
 		return err
 	}
-	r.e.turns.leave(r.rec.Resource.Key())
+	r.leave()
 	return nil
 }
 

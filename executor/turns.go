@@ -56,6 +56,16 @@ func (w *signals) notify(key string) {
 	}
 }
 
+// notifyIf is notify if key's channel is still ch.
+func (w *signals) notifyIf(key string, ch <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, ok := w.m[key]; ok && (<-chan struct{})(cur) == ch {
+		close(cur)
+		delete(w.m, key)
+	}
+}
+
 // lookup returns key's channel, if it has one.
 func (w *signals) lookup(key string) (<-chan struct{}, bool) {
 	w.mu.Lock()
@@ -70,11 +80,14 @@ func (w *signals) lookup(key string) (<-chan struct{}, bool) {
 // and waiting out a delay.
 type turnstile struct{ held signals }
 
-// enter records that key is held here; leave must follow.
-func (t *turnstile) enter(key string) { t.held.watch(key) }
-
-// leave records that key is no longer held here and wakes its waiters.
-func (t *turnstile) leave(key string) { t.held.notify(key) }
+// enter records that key is held here and returns leave, which records
+// that this holder left it and wakes its waiters. leave may be called more
+// than once; it touches only this holder's turn, never that of the next
+// holder of the key.
+func (t *turnstile) enter(key string) (leave func()) {
+	ch, _ := t.held.watch(key)
+	return func() { t.held.notifyIf(key, ch) }
+}
 
 // wait waits, at most d, for key to be left if it is held here. It
 // reports whether it was held here and has been left. The wait ends early

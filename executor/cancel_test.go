@@ -1,0 +1,216 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+// waitForNextAttempt polls until the operation has saved when its next
+// attempt is due (it waits out a backoff, or is back in the queue).
+func waitForNextAttempt(t *testing.T, s *stack, id string) schema.Record {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cur, err := s.store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.NextAttemptAt != nil {
+			return cur
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never waited: %+v", cur)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// calls and probes count the attempt log's calls and probes.
+func callsAndProbes(rec schema.Record) (calls, probes int) {
+	for _, a := range rec.AttemptLog {
+		if a.Probe {
+			probes++
+		} else {
+			calls++
+		}
+	}
+	return calls, probes
+}
+
+// A cancellation that comes while an operation waits after an ambiguous
+// failure does not make the record say cancelled before the probe has
+// looked: the comment was posted (the connection dropped after GitHub
+// applied it), so the operation succeeded, with its cancellation
+// requested, and at once rather than after the 20 s backoff. Where the
+// effect did not happen (the connection dropped before), the probe finds
+// nothing and the operation is cancelled.
+func TestCancelAfterAmbiguousFailureProbesFirst(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		fault    ghsim.FaultKind
+		status   schema.Status
+		comments int
+	}{
+		{"applied", ghsim.FaultDropAfter, schema.StatusSucceeded, 1},
+		{"not applied", ghsim.FaultDropBefore, schema.StatusCancelled, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, stackOptions{exec: Config{BaseBackoff: 20 * time.Second, MaxBackoff: 20 * time.Second}})
+			if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: c.fault, Count: 1}); err != nil {
+				t.Fatal(err)
+			}
+			rec := s.submit(t, "cancel-ambiguous", schema.ActionComment, issue(10), `{"body":"maybe"}`)
+			waitForNextAttempt(t, s, rec.OperationID)
+			asked := time.Now()
+			if _, err := s.exec.Cancel(context.Background(), rec.OperationID); err != nil {
+				t.Fatal(err)
+			}
+			got := s.await(t, rec.OperationID, 10*time.Second)
+			calls, probes := callsAndProbes(got)
+			if got.Status != c.status || !got.CancellationRequested || got.Attempts != 1 || calls != 1 || probes != 1 {
+				t.Fatalf("status=%s (want %s) cancellationRequested=%v attempts=%d calls=%d probes=%d log=%+v",
+					got.Status, c.status, got.CancellationRequested, got.Attempts, calls, probes, got.AttemptLog)
+			}
+			if took := got.CompletedAt.Sub(asked); took > 5*time.Second {
+				t.Errorf("took %v after the cancellation during a 20 s backoff", took)
+			}
+			if is, _ := s.sim.Issue("octo", "demo", 10); len(is.Comments) != c.comments {
+				t.Errorf("issue has %d comments, want %d", len(is.Comments), c.comments)
+			}
+			if c.status == schema.StatusSucceeded {
+				var res commentResult
+				if err := json.Unmarshal(got.Result, &res); err != nil || !res.Probed || res.CommentID == 0 {
+					t.Errorf("result %s (%v)", got.Result, err)
+				}
+			}
+		})
+	}
+}
+
+// The same when the cancellation is found as the operation is picked up
+// (here: it waits in the queue after a 5xx with a long Retry-After, and
+// Cancel gives it a fresh message): an attempt that may have been applied
+// is probed before the operation is recorded cancelled.
+func TestCancelPickedUpAfterAmbiguousFailureProbesFirst(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{MaxInlineWait: time.Second},
+		front: func(t testing.TB, simURL string) string { return retryAfterProxy(t, simURL, "120") }})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 503, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "cancel-requeued", schema.ActionComment, issue(10), `{"body":"maybe"}`)
+	waitForNextAttempt(t, s, rec.OperationID)
+	// The 503 did not apply the comment, but GitHub can apply a request and
+	// still answer 5xx: put the operation's comment there, as if it had.
+	if _, err := s.sim.AddComment("octo", "demo", 10, "maybe\n\n"+CommentMarker(rec.OperationID), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.exec.Cancel(context.Background(), rec.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	calls, probes := callsAndProbes(got)
+	if got.Status != schema.StatusSucceeded || !got.CancellationRequested || got.Attempts != 1 || calls != 1 || probes != 1 {
+		t.Fatalf("status=%s cancellationRequested=%v attempts=%d calls=%d probes=%d log=%+v",
+			got.Status, got.CancellationRequested, got.Attempts, calls, probes, got.AttemptLog)
+	}
+}
+
+// An operation left running with no message (dead-lettered after failures
+// that came once it was marked running) is still cancelled when asked: its
+// record must not say running for ever, blocking its resource.
+func TestCancelRunningOperationWithoutMessage(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	rec, err := NewRecord("tester", schema.Submission{IdempotencyKey: "orphan", Action: schema.ActionComment, Resource: issue(10),
+		Payload: json.RawMessage(`{"body":"never"}`), InstallationID: 1}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _, err := s.store.Create(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	stored.Status, stored.StartedAt, stored.UpdatedAt = schema.StatusRunning, &now, now
+	if err := s.store.Save(ctx, &stored); err != nil {
+		t.Fatal(err)
+	}
+	// The resource's next operation waits for it.
+	next := s.submit(t, "after-orphan", schema.ActionComment, issue(10), `{"body":"next"}`)
+	if _, err := s.exec.Cancel(ctx, stored.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, stored.OperationID, 5*time.Second)
+	if got.Status != schema.StatusCancelled || got.Attempts != 0 {
+		t.Fatalf("status=%s attempts=%d", got.Status, got.Attempts)
+	}
+	if got := s.await(t, next.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("next: %s", got.Status)
+	}
+	if is, _ := s.sim.Issue("octo", "demo", 10); len(is.Comments) != 1 || !strings.HasPrefix(is.Comments[0].Body, "next") {
+		t.Errorf("comments %+v", is.Comments)
+	}
+}
+
+// A 5xx whose Retry-After is longer than MaxInlineWait sends the operation
+// back to the queue until then. A delivery before that (here the nudge a
+// cancelled operation of the same resource gives the next one) does not
+// run it early and spends no attempt.
+func TestLongServerErrorWaitHoldsAgainstEarlyDelivery(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{MaxInlineWait: time.Second},
+		front: func(t testing.TB, simURL string) string { return retryAfterProxy(t, simURL, "120") }})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 503}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "long-503", schema.ActionComment, issue(10), `{"body":"later"}`)
+	waitForNextAttempt(t, s, rec.OperationID)
+	other := s.submit(t, "long-503-next", schema.ActionComment, issue(10), `{"body":"after"}`)
+	if got, err := s.exec.Cancel(context.Background(), other.OperationID); err != nil || got.Status != schema.StatusCancelled {
+		t.Fatalf("cancel the next one: %s %v", got.Status, err)
+	}
+	// The nudge is delivered within milliseconds; give it every chance.
+	time.Sleep(1500 * time.Millisecond)
+	got, err := s.store.Get(context.Background(), rec.OperationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, probes := callsAndProbes(got)
+	if got.Status != schema.StatusRunning || got.Attempts != 1 || calls != 1 || probes != 0 || got.NextAttemptAt == nil {
+		t.Errorf("status=%s attempts=%d calls=%d probes=%d next=%v log=%+v", got.Status, got.Attempts, calls, probes, got.NextAttemptAt, got.AttemptLog)
+	}
+}
+
+// The first holder's deferred leave, coming after its release and after
+// the next holder entered, must not end the next holder's turn: waiters for
+// that one would fall back to the busy retry instead of waking.
+func TestTurnstileLeaveEndsOnlyItsOwnTurn(t *testing.T) {
+	t.Parallel()
+	var ts turnstile
+	first := ts.enter("k")
+	first() // released
+	second := ts.enter("k")
+	first() // its deferred leave
+	woke := make(chan bool, 1)
+	go func() { woke <- ts.wait(context.Background(), "k", 10*time.Second) }()
+	time.Sleep(50 * time.Millisecond) // let the waiter find the turn
+	second()
+	select {
+	case ok := <-woke:
+		if !ok {
+			t.Error("the waiter did not see the second holder's turn")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken when the second holder left")
+	}
+}
