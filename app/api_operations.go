@@ -144,8 +144,11 @@ func (a *API) waitTerminal(ctx context.Context, rec schema.Record, wait time.Dur
 	return rec, false, nil
 }
 
-// visibleOperation returns the operation if the principal may see it;
-// otherwise, and when there is no such operation, not_found.
+// visibleOperation returns the operation if the principal may see it:
+// another actor's operation, like a missing one, is not_found (a non-admin
+// token learns nothing of it); the token's own actor's operation on an
+// installation the token is not bound to (made with another token of the
+// same actor) is forbidden.
 func (a *API) visibleOperation(ctx context.Context, p *Principal, id string) (schema.Record, error) {
 	if !validOperationID(id) {
 		return schema.Record{}, errOperationNotFound
@@ -159,6 +162,9 @@ func (a *API) visibleOperation(ctx context.Context, p *Principal, id string) (sc
 	}
 	if !p.Admin && rec.Actor != p.Actor {
 		return schema.Record{}, errOperationNotFound
+	}
+	if !p.MayActOn(rec.InstallationID) {
+		return schema.Record{}, schema.Errorf(schema.CodeForbidden, "this API token may not act on installation %d", rec.InstallationID)
 	}
 	return rec, nil
 }
@@ -260,6 +266,9 @@ func (a *API) listOperations(w http.ResponseWriter, r *http.Request, p *Principa
 			return schema.Errorf(schema.CodeForbidden, "only admin tokens list other actors' operations")
 		}
 		f.Actor = p.Actor
+	}
+	if !p.Admin && !p.AllInstallations {
+		f.Installations = append([]int64{}, p.Installations...)
 	}
 	recs, next, err := a.ops.List(r.Context(), f)
 	if err != nil {

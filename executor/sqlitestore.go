@@ -333,6 +333,13 @@ func (s *SQLiteStore) List(ctx context.Context, f ListFilter) ([]schema.Record, 
 	if f.Actor != "" {
 		where, args = append(where, "actor = ?"), append(args, f.Actor)
 	}
+	if f.Installations != nil {
+		in := strings.TrimSuffix(strings.Repeat("?,", len(f.Installations)), ",")
+		where = append(where, "installation_id IN ("+in+")")
+		for _, id := range f.Installations {
+			args = append(args, id)
+		}
+	}
 	if f.Cursor != "" {
 		seq, err := decodeCursor(f.Cursor)
 		if err != nil {

@@ -51,6 +51,10 @@ type ListFilter struct {
 	ResourceType string
 	ResourceID   string
 	Actor        string
+	// Installations, if not nil, keeps the operations of these
+	// installations only (an empty list keeps none): what a token bound to
+	// installations may see.
+	Installations []int64
 	// Limit is the page size. Defaults to 50; at most 500.
 	Limit int
 	// Cursor continues a previous List; "" starts at the newest record.
