@@ -483,6 +483,9 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request, _ *Principal) error
 
 // openAPI serves the API's description.
 func (a *API) openAPI(w http.ResponseWriter, r *http.Request, _ *Principal) error {
+	if _, err := apiQuery(r); err != nil {
+		return err
+	}
 	doc, err := openAPIDocument()
 	if err != nil {
 		return err

@@ -715,6 +715,9 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	for _, rt := range mergequeue.Routes() {
 		served[rt] = true
 	}
+	// The webhook receiver is mounted by the server (for every method; it
+	// answers 405 itself); its answers are validated in the webhook tests.
+	served["POST /webhooks/github"] = true
 	for _, rt := range api.routeList() {
 		served[rt.Method+" "+rt.Path] = true
 		item := spec.doc.Paths.Find(rt.Path)
@@ -771,5 +774,20 @@ func TestAPIDeadLettersQueueAway(t *testing.T) {
 			!strings.Contains(string(r.body), "queue is not reachable") || r.header.Get("Retry-After") == "" {
 			t.Errorf("%s %s with the queue stopped: %d %s", c.method, c.path, r.status, r.body)
 		}
+	}
+}
+
+// GET /v1/openapi.json takes no query parameters: a query string is 400,
+// as the description says, and the description itself is still served.
+func TestOpenAPIRefusesQuery(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	for _, q := range []string{"?format=yaml", "?x", "?a=%zz"} {
+		if r := env.do("GET", "/v1/openapi.json"+q, "", nil); r.status != http.StatusBadRequest || r.errorCode() != "invalid_request" {
+			t.Errorf("GET /v1/openapi.json%s: %d %s", q, r.status, apiTruncate(string(r.body), 200))
+		}
+	}
+	if r := env.do("GET", "/v1/openapi.json", "", nil); r.status != http.StatusOK || string(r.body) != string(OpenAPIDocument()) {
+		t.Errorf("GET /v1/openapi.json: %d", r.status)
 	}
 }

@@ -349,7 +349,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		s.api.Handle("POST /webhooks/github", recv)
+		s.api.Handle("/webhooks/github", recv) // every method: the receiver answers 405 itself
 	} else {
 		setup, err := NewSetup(SetupConfig{DataDir: cfg.DataDir, PublicURL: s.publicURL(), GitHubWebURL: cfg.GitHubWebURL,
 			GitHubAPIURL: cfg.GitHubURL, Logger: s.log,

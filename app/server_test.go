@@ -176,6 +176,15 @@ func TestServerAgainstStandaloneSimulator(t *testing.T) {
 	if sim.TokensIssued() == 0 {
 		t.Error("no installation token was exchanged")
 	}
+	// The receiver's answer to a method other than POST is its 405.
+	resp, err := http.Get(srv.URL() + "/webhooks/github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodPost {
+		t.Errorf("GET /webhooks/github: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
 }
 
 // Without credentials the server serves the setup page and is not ready:

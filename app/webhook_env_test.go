@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -117,7 +119,7 @@ func newHookEnv(t *testing.T, o hookEnvOptions) *hookEnv {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/webhooks/github", e.recv)
+	mux.Handle("/webhooks/github", specCheckedHook(t, e.recv))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
 
@@ -160,6 +162,31 @@ func newHookEnv(t *testing.T, o hookEnvOptions) *hookEnv {
 	}
 	sim.SetWebhook(e.srv.URL+"/webhooks/github", "")
 	return e
+}
+
+// specCheckedHook serves h and fails t unless every exchange matches the
+// OpenAPI description of POST /webhooks/github, so that the simulator's
+// deliveries, shaped and signed as GitHub's, are checked against it too.
+// It reads the whole body before h does, outside h's in-flight budget
+// (TestWebhookInFlightBudget tests that budget without it).
+func specCheckedHook(t testing.TB, h http.Handler) http.Handler {
+	spec := loadAPISpec(t)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read a webhook body: %v", err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		if err := spec.check(r, body, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+			t.Errorf("OpenAPI: %v", err)
+		}
+	})
 }
 
 func (e *hookEnv) startDispatcher() {

@@ -53,20 +53,34 @@ func TestWebhookSignatureGitHubExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := serveHook(w, "POST", map[string]string{"X-Hub-Signature-256": want, "X-GitHub-Event": "ping", "X-GitHub-Delivery": "d-1"}, []byte(`{"zen":"`+body+`"}`))
+	rec := serveHook(t, w, "POST", map[string]string{"X-Hub-Signature-256": want, "X-GitHub-Event": "ping", "X-GitHub-Delivery": "d-1"}, []byte(`{"zen":"`+body+`"}`))
 	if rec.Code != http.StatusUnauthorized {
 		t.Errorf("a body other than the one signed: %d", rec.Code)
 	}
 }
 
-func serveHook(h http.Handler, method string, headers map[string]string, body []byte) *httptest.ResponseRecorder {
+// serveHook sends one request to the receiver. The exchange is validated
+// against the OpenAPI description (see checkHookExchange).
+func serveHook(t testing.TB, h http.Handler, method string, headers map[string]string, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
 	r := httptest.NewRequest(method, "/webhooks/github", bytes.NewReader(body))
 	for k, v := range headers {
 		r.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
+	checkHookExchange(t, r, body, rec)
 	return rec
+}
+
+// checkHookExchange fails t unless the receiver's answer matches the
+// OpenAPI description of POST /webhooks/github (and the request too, when
+// the delivery was taken), as apiSpecTransport does for the API.
+func checkHookExchange(t testing.TB, r *http.Request, body []byte, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if err := loadAPISpec(t).check(r, body, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+		t.Errorf("OpenAPI: %v", err)
+	}
 }
 
 func signedHook(secret, event, id string, body []byte) map[string]string {
@@ -116,15 +130,15 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 	ctx := hookCtx(t)
 	body := []byte(`{"action":"opened","installation":{"id":7},"repository":{"full_name":"Octo/App"},"number":1}`)
 
-	rec := serveHook(w, "GET", nil, nil)
+	rec := serveHook(t, w, "GET", nil, nil)
 	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "POST" {
 		t.Errorf("GET: %d %v", rec.Code, rec.Header())
 	}
-	rec = serveHook(w, "POST", map[string]string{"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-1"}, body)
+	rec = serveHook(t, w, "POST", map[string]string{"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-1"}, body)
 	if rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
 		t.Errorf("unsigned: %d %s", rec.Code, rec.Body)
 	}
-	rec = serveHook(w, "POST", signedHook("wrong", "pull_request", "d-1", body), body)
+	rec = serveHook(t, w, "POST", signedHook("wrong", "pull_request", "d-1", body), body)
 	if rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
 		t.Errorf("wrong secret: %d %s", rec.Code, rec.Body)
 	}
@@ -135,24 +149,24 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 			h := signedHook("s3cret", "pull_request", "d-1", body)
 			delete(h, missing)
 			h["X-Hub-Signature-256"] = sig
-			if rec = serveHook(w, "POST", h, body); rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
+			if rec = serveHook(t, w, "POST", h, body); rec.Code != http.StatusUnauthorized || hookErrorCode(t, rec) != "unauthorized" {
 				t.Errorf("signature %s, no %s: %d %s", name, missing, rec.Code, rec.Body)
 			}
 		}
 	}
 	h := signedHook("s3cret", "pull_request", "d-1", body)
 	delete(h, "X-GitHub-Delivery")
-	if rec = serveHook(w, "POST", h, body); rec.Code != http.StatusBadRequest || hookErrorCode(t, rec) != "invalid_request" {
+	if rec = serveHook(t, w, "POST", h, body); rec.Code != http.StatusBadRequest || hookErrorCode(t, rec) != "invalid_request" {
 		t.Errorf("no delivery ID: %d %s", rec.Code, rec.Body)
 	}
 	h = signedHook("s3cret", "pull_request", "d-1", body)
 	delete(h, "X-GitHub-Event")
-	if rec = serveHook(w, "POST", h, body); rec.Code != http.StatusBadRequest {
+	if rec = serveHook(t, w, "POST", h, body); rec.Code != http.StatusBadRequest {
 		t.Errorf("no event: %d %s", rec.Code, rec.Body)
 	}
 	big := append([]byte(`{"x":"`), bytes.Repeat([]byte("a"), 2<<10)...)
 	big = append(big, `"}`...)
-	if rec = serveHook(w, "POST", signedHook("s3cret", "pull_request", "d-big", big), big); rec.Code != http.StatusRequestEntityTooLarge || hookErrorCode(t, rec) != "payload_too_large" {
+	if rec = serveHook(t, w, "POST", signedHook("s3cret", "pull_request", "d-big", big), big); rec.Code != http.StatusRequestEntityTooLarge || hookErrorCode(t, rec) != "payload_too_large" {
 		t.Errorf("too large: %d %s", rec.Code, rec.Body)
 	}
 	// The same without Content-Length (chunked): read with the limit.
@@ -163,22 +177,23 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 	}
 	rr := httptest.NewRecorder()
 	w.ServeHTTP(rr, r)
+	checkHookExchange(t, r, big, rr)
 	if rr.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("too large, chunked: %d", rr.Code)
 	}
 	for _, bad := range []string{`[1]`, `null`, `"x"`, `{"action": 5}`, `{"repository":{"full_name":"no-slash"}}`, `{`} {
-		if rec = serveHook(w, "POST", signedHook("s3cret", "pull_request", "d-bad", []byte(bad)), []byte(bad)); rec.Code != http.StatusBadRequest {
+		if rec = serveHook(t, w, "POST", signedHook("s3cret", "pull_request", "d-bad", []byte(bad)), []byte(bad)); rec.Code != http.StatusBadRequest {
 			t.Errorf("body %s: %d", bad, rec.Code)
 		}
 	}
-	if rec = serveHook(w, "POST", signedHook("s3cret", "pull_request", "bad id!", body), body); rec.Code != http.StatusBadRequest {
+	if rec = serveHook(t, w, "POST", signedHook("s3cret", "pull_request", "bad id!", body), body); rec.Code != http.StatusBadRequest {
 		t.Errorf("malformed delivery ID: %d", rec.Code)
 	}
 	if all := ledgerAll(t, ctx, l); len(all) != 0 {
 		t.Fatalf("refused requests reached the ledger: %+v", all)
 	}
 
-	rec = serveHook(w, "POST", signedHook("s3cret", "pull_request", "d-1", body), body)
+	rec = serveHook(t, w, "POST", signedHook("s3cret", "pull_request", "d-1", body), body)
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("valid: %d %s", rec.Code, rec.Body)
 	}
@@ -192,7 +207,7 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 	}
 	// A redelivery answers 200 and changes nothing but the count.
 	for range 2 {
-		if rec = serveHook(w, "POST", signedHook("s3cret", "pull_request", "d-1", body), body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "duplicate") {
+		if rec = serveHook(t, w, "POST", signedHook("s3cret", "pull_request", "d-1", body), body); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "duplicate") {
 			t.Errorf("duplicate: %d %s", rec.Code, rec.Body)
 		}
 	}
@@ -203,7 +218,7 @@ func TestWebhookReceiverAnswers(t *testing.T) {
 
 	// ping is recorded and answered.
 	ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1,"hook":{"type":"App","id":1}}`)
-	if rec = serveHook(w, "POST", signedHook("s3cret", "ping", "d-ping", ping), ping); rec.Code != http.StatusAccepted {
+	if rec = serveHook(t, w, "POST", signedHook("s3cret", "ping", "d-ping", ping), ping); rec.Code != http.StatusAccepted {
 		t.Errorf("ping: %d %s", rec.Code, rec.Body)
 	}
 	if p, err := l.Get(ctx, "d-ping"); err != nil || p.Event != "ping" {
@@ -218,12 +233,12 @@ func TestWebhookSecretRotation(t *testing.T) {
 	body := []byte(`{}`)
 	for i, s := range []string{"new", "old"} {
 		id := fmt.Sprintf("r-%d", i)
-		if rec := serveHook(w, "POST", signedHook(s, "ping", id, body), body); rec.Code != http.StatusAccepted {
+		if rec := serveHook(t, w, "POST", signedHook(s, "ping", id, body), body); rec.Code != http.StatusAccepted {
 			t.Errorf("secret %s: %d", s, rec.Code)
 		}
 	}
 	w.SetSecrets("new", "")
-	if rec := serveHook(w, "POST", signedHook("old", "ping", "r-9", body), body); rec.Code != http.StatusUnauthorized {
+	if rec := serveHook(t, w, "POST", signedHook("old", "ping", "r-9", body), body); rec.Code != http.StatusUnauthorized {
 		t.Errorf("old secret after the rotation: %d", rec.Code)
 	}
 }
@@ -253,11 +268,12 @@ func TestWebhookInvalidSignatureFlood(t *testing.T) {
 	defer srv.Close()
 	tr := &http.Transport{MaxConnsPerHost: 200, MaxIdleConnsPerHost: 200}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	client := &http.Client{Transport: &apiSpecTransport{t: t, base: tr, spec: loadAPISpec(t)}, Timeout: 30 * time.Second}
 	ctx := hookCtx(t)
 
 	send := func(id, sig string, body []byte) (int, error) {
-		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/webhooks/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-GitHub-Event", "pull_request")
 		req.Header.Set("X-GitHub-Delivery", id)
 		if sig != "" {
@@ -333,12 +349,12 @@ func TestWebhookInFlightBudget(t *testing.T) {
 	}
 	body := bytes.Repeat([]byte(" "), 8<<10)
 	body = append(body, "{}"...)
-	rec := serveHook(w, "POST", signedHook("s3cret", "ping", "b-1", body), body)
+	rec := serveHook(t, w, "POST", signedHook("s3cret", "ping", "b-1", body), body)
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("over budget: %d", rec.Code)
 	}
 	w.inFlight.Add(-60 << 10)
-	if rec = serveHook(w, "POST", signedHook("s3cret", "ping", "b-1", body), body); rec.Code != http.StatusAccepted {
+	if rec = serveHook(t, w, "POST", signedHook("s3cret", "ping", "b-1", body), body); rec.Code != http.StatusAccepted {
 		t.Errorf("within budget: %d %s", rec.Code, rec.Body)
 	}
 	if n := w.inFlight.Load(); n != 0 {
@@ -430,6 +446,7 @@ func FuzzWebhook(f *testing.F) {
 	f.Add([]byte("\xff\xfe{"), "ping\n", "d\x00", "POST", true, "")
 	f.Fuzz(func(t *testing.T, body []byte, event, delivery, method string, sign bool, sig string) {
 		r := httptest.NewRequest("POST", "/webhooks/github", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json") // as GitHub sends it
 		if fuzzMethod(method) {
 			r.Method = method
 		}
@@ -441,6 +458,7 @@ func FuzzWebhook(f *testing.F) {
 		fuzzHeader(r.Header, "X-Hub-Signature-256", sig)
 		rec := httptest.NewRecorder()
 		w.ServeHTTP(rec, r)
+		checkHookExchange(t, r, body, rec)
 		if rec.Code >= 500 {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
