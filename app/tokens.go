@@ -123,6 +123,10 @@ type TokenStore struct {
 
 	mu    sync.RWMutex
 	cache map[[sha256.Size]byte]tokenCacheEntry
+	// revocations counts RevokeToken calls: a lookup that read the table
+	// before a revocation committed must not cache what it read after the
+	// revocation cleared the cache.
+	revocations uint64
 }
 
 // tokenCacheEntry is what Authenticate learned about one hash: a principal,
@@ -267,6 +271,7 @@ func (s *TokenStore) RevokeToken(ctx context.Context, id int64) (Token, error) {
 		return Token{}, err
 	}
 	s.mu.Lock()
+	s.revocations++
 	for h, e := range s.cache {
 		if e.principal != nil && e.principal.TokenID == id {
 			delete(s.cache, h)
@@ -299,12 +304,15 @@ func (s *TokenStore) Authenticate(ctx context.Context, token string) (Principal,
 			return *e.principal, nil
 		}
 	}
+	s.mu.RLock()
+	gen := s.revocations
+	s.mu.RUnlock()
 	p, lastUsed, err := s.lookup(ctx, hash)
 	if err != nil && !errors.Is(err, errBadAPIToken) {
 		return Principal{}, err
 	}
 	if s.cacheTTL > 0 {
-		s.remember(hash, p, err, now)
+		s.remember(hash, p, err, now, gen)
 	}
 	if err != nil {
 		return Principal{}, err
@@ -355,10 +363,15 @@ func (s *TokenStore) lookup(ctx context.Context, hash [sha256.Size]byte) (*Princ
 // remember caches the outcome of a lookup. When the cache is full, expired
 // entries are dropped; if none are, refusals are not cached (so random
 // tokens cannot push out the good ones) and a known token replaces an
-// arbitrary entry.
-func (s *TokenStore) remember(hash [sha256.Size]byte, p *Principal, err error, now time.Time) {
+// arbitrary entry. Nothing is cached if a token was revoked since gen
+// was read, before the lookup: what it read may be older than the
+// revocation.
+func (s *TokenStore) remember(hash [sha256.Size]byte, p *Principal, err error, now time.Time, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.revocations != gen {
+		return
+	}
 	if len(s.cache) >= s.cacheSize {
 		for h, e := range s.cache {
 			if !now.Before(e.expires) {

@@ -99,6 +99,38 @@ func TestTokenLifecycle(t *testing.T) {
 	}
 }
 
+// A lookup that read the token before a revocation committed, and would
+// cache it after the revocation cleared the cache, caches nothing: the
+// revocation holds at once. The interleaving is spelled out step by step.
+func TestTokenRevocationRacingLookup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := &tokenClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := NewTokenStore(newTokenDB(t), TokenStoreConfig{Now: clock.Now, CacheTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, tok, err := s.CreateToken(ctx, TokenSpec{Actor: "alice", AllInstallations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := sha256.Sum256([]byte(plain))
+	s.mu.RLock()
+	gen := s.revocations // as Authenticate reads it, before its lookup
+	s.mu.RUnlock()
+	p, _, err := s.lookup(ctx, hash) // reads the token while it is valid
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.remember(hash, p, nil, clock.Now(), gen) // the lookup's result arrives late
+	if _, err := s.Authenticate(ctx, plain); schema.ErrorCode(err) != schema.CodeUnauthorized {
+		t.Errorf("a token revoked during a lookup still authenticates: %v", err)
+	}
+}
+
 // A revocation made by another process (another TokenStore on the same
 // file) is seen within the cache TTL, and not trusted longer.
 func TestTokenRevocationFromAnotherProcess(t *testing.T) {
