@@ -385,14 +385,18 @@ func (d *EventDispatcher) loop(ctx context.Context) {
 			add(p)
 		case r := <-d.results:
 			busy--
-			q := queues[r.key]
-			if q != nil && len(q.items) > 0 && q.items[0].seq == r.seq {
+			// The job's delivery is found by its seq, not taken to be the
+			// head: a replayed delivery older than the running one is
+			// inserted ahead of it meanwhile.
+			if q := queues[r.key]; q != nil {
 				q.running = false
-				if r.done {
-					delete(known, r.seq)
-					q.items = q.items[1:]
-				} else {
-					q.items[0].readyAt = r.readyAt
+				if i := slices.IndexFunc(q.items, func(p pendingRef) bool { return p.seq == r.seq }); i >= 0 {
+					if r.done {
+						delete(known, r.seq)
+						q.items = slices.Delete(q.items, i, i+1)
+					} else {
+						q.items[i].readyAt = r.readyAt
+					}
 				}
 				if len(q.items) == 0 {
 					delete(queues, r.key)

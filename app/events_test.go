@@ -269,6 +269,60 @@ func TestDispatcherFailuresAndGivingUp(t *testing.T) {
 	}
 }
 
+// A replay of an older delivery while a newer one of the same repository
+// runs goes ahead of the deliveries still waiting, and the repository's
+// deliveries keep flowing once the running one ends.
+func TestDispatcherReplayWhileRunning(t *testing.T) {
+	t.Parallel()
+	var failOld atomic.Bool
+	failOld.Store(true)
+	started, release := make(chan struct{}), make(chan struct{})
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	h := EventHandlerFunc{On: []string{"issues"}, Func: func(ctx context.Context, d Delivery) error {
+		switch {
+		case d.ID == "old" && failOld.Load():
+			return Permanent(errors.New("not yet"))
+		case d.ID == "slow":
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		order = append(order, d.ID)
+		mu.Unlock()
+		return nil
+	}}
+	e := newDispatchEnv(t, nil, nil, map[string]EventHandler{"h": h})
+	ctx := hookCtx(t)
+	e.start()
+	e.record(ctx, "old", "issues", "octo/app")
+	e.waitState(ctx, "old", DeliveryFailed)
+	failOld.Store(false)
+	e.record(ctx, "slow", "issues", "octo/app")
+	<-started
+	if err := e.disp.Replay(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	e.record(ctx, "after", "issues", "octo/app")
+	close(release)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, id := range []string{"slow", "old", "after"} {
+		e.waitState(wctx, id, DeliveryHandled)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(order, ","); got != "slow,old,after" {
+		t.Errorf("handled in the order %s, want slow,old,after", got)
+	}
+}
+
 // Permanent errors fail the delivery at once.
 func TestDispatcherPermanentError(t *testing.T) {
 	t.Parallel()
