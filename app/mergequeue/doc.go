@@ -24,8 +24,14 @@
 // added, when it is reopened carrying it, or on a "/baton queue" comment by
 // someone with write permission (baton then adds the label: the label is
 // the queue's mark on GitHub, which a reconcile re-derives the queue from).
-// Joining a queue one is in changes nothing (already_queued). An entry
-// moves:
+// A delivery is applied to the pull request as GitHub has it when the
+// delivery is handled, not as the delivery says: GitHub does not keep
+// deliveries in order and redelivers missed ones late, so a label (or
+// reopened) delivery whose label is gone queues nothing, and a label
+// removal or a close undone since (the label back, the pull request
+// reopened) takes nothing out. Joining a queue one is in changes nothing
+// (already_queued) but reading its gate again if it is not decided. An
+// entry moves:
 //
 //	queued ──gate read──▶ evaluating ──required checks passed──▶ gate_passed ──first in queue──▶ merge operation
 //	   ▲                      │                                                                    │
@@ -76,7 +82,11 @@
 //     while working, released when done, even on error), and all the
 //     changes one event makes are written in one transaction that the
 //     coordinator fences with that lease: a holder that lost its lease
-//     writes nothing. An event that finds the lease held returns a
+//     writes nothing. A join is the exception: it is saved first, in a
+//     transaction fenced the same way, before its gate is read, so that
+//     the merge and the bounce comment keyed by its time are found, not
+//     made again under a new time, when a run that ended early (killed,
+//     its lease lost, an error) is followed by the event handled again. An event that finds the lease held returns a
 //     *RetryError; it is handed over again later, never dropped.
 //     Repositories never wait on each other's leases.
 //     Events that cannot change anything (a check completing on a commit

@@ -62,8 +62,11 @@ func scenario(t tester, s *stack, repo string, o scenarioOptions) {
 	if o.afterLabels != nil {
 		o.afterLabels()
 	}
-	waitFor(t, within, repo+": six pull requests in the queue, in label order", func() bool {
-		return slices.Equal(s.queueOrder(t, repo), prs)
+	// A join is saved before its gate is read: wait for the gates too.
+	waitFor(t, within, repo+": six pull requests in the queue, in label order, their gates read", func() bool {
+		return slices.Equal(s.queueOrder(t, repo), prs) && !slices.ContainsFunc(s.entries(t, repo), func(e mergequeue.Entry) bool {
+			return e.Status == mergequeue.StatusQueued
+		})
 	})
 	for i, n := range prs {
 		if e, _ := s.entryOf(t, repo, n); e.PRSHA != sha[n] || e.Status != mergequeue.StatusEvaluating || e.Position != i+1 {

@@ -37,6 +37,15 @@ func TestLogsStayBoundedAndOrdered(t *testing.T) {
 	for i := range cycles {
 		for _, action := range []string{"labeled", "unlabeled"} {
 			id := fmt.Sprintf("d-%03d-%s", i, action)
+			// GitHub first, as the delivery says (the queue reads the pull
+			// request), then the delivery.
+			f := s.sim.AddLabel
+			if action == "unlabeled" {
+				f = s.sim.RemoveLabel
+			}
+			if err := f("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+				t.Fatal(err)
+			}
 			if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, action, id)); err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}

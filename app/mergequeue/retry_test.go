@@ -192,11 +192,10 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 
 // mergedAndOut reports whether pull request n is merged and its entry has
 // left the queue with a merge audited. The pull request and the entry
-// alone do not tell: the run that joins a pull request submits its merge
-// before it saves the entry, so GitHub may merge while no entry is saved
-// yet, and the entry's absence would pass for its removal. The newest
-// audit row of n saying merge does tell, as it is written in the
-// transaction that removes the entry.
+// alone do not tell: GitHub merges before the queue hears of it, and an
+// entry may be absent for other reasons (it left, or, for a moment, a run
+// has not saved its join yet). The newest audit row of n saying merge does
+// tell, as it is written in the transaction that removes the entry.
 func (s *stack) mergedAndOut(t tester, repo string, n int) bool {
 	if !s.pull(t, repo, n).Merged {
 		return false

@@ -63,11 +63,12 @@ type run struct {
 	now   time.Time
 	st    repoState
 
-	deleted    []int64
-	notes      []string
-	audits     []auditRow
-	reconciled bool
-	changed    bool // the repository row must be written
+	deleted     []int64
+	notes       []string
+	audits      []auditRow
+	savedAudits int // r.audits[:savedAudits] are written (checkpoint)
+	reconciled  bool
+	changed     bool // the repository row must be written
 
 	gh       *github.Client
 	required map[string][]string
@@ -155,14 +156,27 @@ func (r *run) fullName() string { return r.owner + "/" + r.name }
 
 // commit writes what the run changed, in one transaction fenced by the
 // lease. A run that changed nothing writes nothing.
-func (r *run) commit() error {
-	c := &change{key: r.key, fullName: r.fullName(), inst: r.inst, now: r.now, reconciled: r.reconciled,
-		deleted: r.deleted, entries: r.st.entries, audits: r.audits}
-	if len(r.notes) > 0 {
+func (r *run) commit() error { return r.write(true) }
+
+// checkpoint writes what the run changed so far, under the same fence as
+// commit, but for the event log's row (commit writes it, with every note)
+// and the reconcile's time (commit writes it, once the reconcile is done).
+// joinPull calls it before anything keyed by the join (its merge, its
+// bounce comment, both keyed by its time) is submitted: a run that ends
+// after it (killed, its lease lost, an error) leaves the join saved, and
+// the trigger handled again finds it, and the operations keyed by it,
+// instead of joining again at another time with other keys. What it wrote
+// commit does not write again.
+func (r *run) checkpoint() error { return r.write(false) }
+
+func (r *run) write(final bool) error {
+	c := &change{key: r.key, fullName: r.fullName(), inst: r.inst, now: r.now, reconciled: final && r.reconciled,
+		deleted: r.deleted, entries: r.st.entries, audits: r.audits[r.savedAudits:]}
+	if final && len(r.notes) > 0 {
 		c.events = []logRow{{at: r.now, event: r.trig.event, action: r.trig.action, pr: r.trig.pr,
 			deliveryID: r.trig.deliveryID, details: truncate(strings.Join(r.notes, "; "), 2000)}}
 	}
-	dirty := r.changed || (r.reconciled && r.st.id != 0) || len(c.deleted) > 0 || len(c.events) > 0 || len(c.audits) > 0 ||
+	dirty := r.changed || (c.reconciled && r.st.id != 0) || len(c.deleted) > 0 || len(c.events) > 0 || len(c.audits) > 0 ||
 		slices.ContainsFunc(c.entries, func(e *entry) bool { return e.seq == 0 || e.dirty })
 	if !dirty {
 		return nil
@@ -170,8 +184,14 @@ func (r *run) commit() error {
 	if err := r.q.cfg.Leases.Fenced(r.ctx, r.lease, c.save); err != nil {
 		return fmt.Errorf("mergequeue: save the queue of %s: %w", r.fullName(), err)
 	}
-	for _, a := range r.audits {
+	for _, a := range c.audits {
 		r.q.metrics.changes.WithLabelValues(a.action).Inc()
+	}
+	// Written: a later write of the run leaves it alone. The audit rows
+	// stay in r.audits, which a reconcile reports from.
+	r.st.id, r.savedAudits, r.deleted, r.changed = c.repoID, len(r.audits), nil, false
+	for _, e := range r.st.entries {
+		e.dirty = false
 	}
 	return nil
 }

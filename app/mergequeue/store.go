@@ -166,6 +166,8 @@ type change struct {
 	entries    []*entry // the queue after the run; dirty or unsaved ones are written
 	events     []logRow
 	audits     []auditRow
+
+	repoID int64 // the repository row's id, once saved
 }
 
 // save writes c in tx. It runs on the database's writer, behind the
@@ -179,6 +181,7 @@ func (c *change) save(tx *sqlite.Tx) error {
 		RETURNING id`, c.key, c.fullName, c.inst, micros(c.now), micros(c.now)).Scan(&repoID); err != nil {
 		return fmt.Errorf("mergequeue: save repository: %w", err)
 	}
+	c.repoID = repoID
 	if c.reconciled {
 		if _, err := tx.Exec(`UPDATE mergequeue_repos SET reconciled_at = ? WHERE id = ?`, micros(c.now), repoID); err != nil {
 			return fmt.Errorf("mergequeue: save repository: %w", err)

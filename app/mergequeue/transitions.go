@@ -19,12 +19,12 @@ import (
 func (r *run) apply(in *intent) error {
 	switch in.kind {
 	case intentJoin:
-		_, err := r.join(in.pr, "label "+r.q.cfg.Label)
+		_, err := r.join(in.pr, "label "+r.q.cfg.Label, true)
 		if err != nil {
 			return err
 		}
 	case intentLeave:
-		if err := r.leave(in.pr, "label "+r.q.cfg.Label+" removed"); err != nil {
+		if err := r.unlabeled(in.pr); err != nil {
 			return err
 		}
 	case intentCommand:
@@ -32,7 +32,7 @@ func (r *run) apply(in *intent) error {
 			return err
 		}
 	case intentClosed:
-		if err := r.closed(in.pr, in.merged); err != nil {
+		if err := r.closedEvent(in.pr, in.merged); err != nil {
 			return err
 		}
 	case intentReevaluate:
@@ -56,11 +56,18 @@ func (r *run) apply(in *intent) error {
 
 // join puts pull request n at the end of the queue, at its current head,
 // and evaluates its gate at once (its checks may have passed already). A
-// pull request in the queue stays where it is: already_queued.
-func (r *run) join(n int, via string) (*github.PullRequest, error) {
+// pull request in the queue stays where it is (already_queued), its gate
+// read again if it is not decided: a run that saved the join (checkpoint)
+// may have ended before it read the gate. labeled asks that the pull
+// request, as GitHub has it now, carry the label: a label or reopened
+// delivery may arrive after the label was removed (GitHub does not keep
+// deliveries in order, and missed ones are redelivered late). The command
+// adds the label itself. It returns the pull request it read, if it
+// joined.
+func (r *run) join(n int, via string, labeled bool) (*github.PullRequest, error) {
 	if e := r.find(n); e != nil && e.status != StatusBounced {
 		r.note("#%d already_queued", n)
-		return nil, nil
+		return nil, r.evaluate(e)
 	}
 	pr, err := r.getPull(n)
 	if err != nil {
@@ -72,6 +79,10 @@ func (r *run) join(n int, via string) (*github.PullRequest, error) {
 	}
 	if pr.GetState() != "open" {
 		r.note("#%d is %s; not queued", n, pr.GetState())
+		return nil, nil
+	}
+	if labeled && !hasLabel(pr, r.q.cfg.Label) {
+		r.note("#%d no longer carries the label; not queued", n)
 		return nil, nil
 	}
 	return pr, r.joinPull(pr, via)
@@ -95,7 +106,48 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 	r.audit(AuditJoin, n, e.sha, via)
 	r.note("#%d joined at %s", n, shortSHA(e.sha))
 	r.logInfo("pull request joined the queue", "mergequeue.joined", n)
+	// The join is saved before its gate is read: the merge and the bounce
+	// comment that may follow are keyed by its time, which a run handling
+	// the trigger again must find rather than make anew.
+	if err := r.checkpoint(); err != nil {
+		return err
+	}
 	return r.evaluate(e)
+}
+
+// unlabeled takes pull request n out of the queue as its label was
+// removed, unless the pull request carries the label again: the delivery
+// is a late one.
+func (r *run) unlabeled(n int) error {
+	if e := r.find(n); e != nil && e.status != StatusBounced {
+		pr, err := r.getPull(n)
+		if err != nil {
+			return err
+		}
+		if pr != nil && pr.GetState() == "open" && hasLabel(pr, r.q.cfg.Label) {
+			r.note("#%d carries the label again; stays queued", n)
+			return nil
+		}
+	}
+	return r.leave(n, "label "+r.q.cfg.Label+" removed")
+}
+
+// closedEvent takes pull request n out of the queue as it was closed,
+// unless it was reopened since (the delivery is a late one); one merged
+// meanwhile leaves as merged.
+func (r *run) closedEvent(n int, merged bool) error {
+	if e := r.find(n); e != nil && e.status != StatusBounced && !merged {
+		pr, err := r.getPull(n)
+		if err != nil {
+			return err
+		}
+		if pr != nil && pr.GetState() == "open" {
+			r.note("#%d is open again; stays queued", n)
+			return nil
+		}
+		merged = pr != nil && pr.GetMerged()
+	}
+	return r.closed(n, merged)
 }
 
 // leave takes pull request n out of the queue and replaces its position
@@ -346,9 +398,19 @@ func (r *run) command(in *intent) error {
 		_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr))
 		return err
 	}
-	pr, err := r.join(in.pr, "/baton queue by @"+in.user)
-	if err != nil || pr == nil {
+	pr, err := r.join(in.pr, "/baton queue by @"+in.user, false)
+	if err != nil {
 		return err
+	}
+	if pr == nil {
+		if e := r.find(in.pr); e == nil || e.status == StatusBounced {
+			return nil // not queued
+		}
+		// In the queue already: perhaps by this command, handled before by
+		// a run that saved the join and ended before it asked for the label.
+		if pr, err = r.getPull(in.pr); err != nil || pr == nil {
+			return err
+		}
 	}
 	if hasLabel(pr, r.q.cfg.Label) {
 		return nil
