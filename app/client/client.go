@@ -222,17 +222,43 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (op Operation, c
 	return op, status == http.StatusCreated, err
 }
 
-// Get returns an operation's status.
+// ErrInvalidOperationID is returned, wrapped, by Get, Wait and Cancel for
+// an ID that is not an operation ID (64 lower-case hex characters): such a
+// request is never sent, since a path such as "." or "a/b" would name
+// another route of the API.
+var ErrInvalidOperationID = errors.New("not an operation ID")
+
+// checkOperationID refuses what is not an operation ID.
+func checkOperationID(id string) error {
+	if len(id) != 64 {
+		return fmt.Errorf("%w: %q must be 64 lower-case hex characters", ErrInvalidOperationID, id)
+	}
+	for i := range len(id) {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("%w: %q must be 64 lower-case hex characters", ErrInvalidOperationID, id)
+		}
+	}
+	return nil
+}
+
+// Get returns an operation's status. An id that is not an operation ID is
+// ErrInvalidOperationID.
 func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 	var op Operation
+	if err := checkOperationID(id); err != nil {
+		return op, err
+	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), nil, nil, &op)
 	return op, err
 }
 
 // Wait returns the operation once it is terminal, or as it stands after
 // d (d <= 0: no limit but ctx). Each request waits at most MaxWait on the
-// server.
+// server. An id that is not an operation ID is ErrInvalidOperationID.
 func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
+	if err := checkOperationID(id); err != nil {
+		return Operation{}, err
+	}
 	var deadline time.Time
 	if d > 0 {
 		deadline = time.Now().Add(d)
@@ -280,9 +306,13 @@ func (c *Client) List(ctx context.Context, o ListOptions) (OperationList, error)
 }
 
 // Cancel cancels a queued operation, or asks a running one to stop between
-// attempts. A terminal operation is an *Error with code already_terminal.
+// attempts. A terminal operation is an *Error with code already_terminal;
+// an id that is not an operation ID is ErrInvalidOperationID.
 func (c *Client) Cancel(ctx context.Context, id string) (Operation, error) {
 	var op Operation
+	if err := checkOperationID(id); err != nil {
+		return op, err
+	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/cancel", nil, nil, &op)
 	return op, err
 }

@@ -62,7 +62,7 @@ func TestErrors(t *testing.T) {
 	if schema.ErrorCode(err) != schema.CodeLeaseHeld || CodeOf(err) != CodeLeaseHeld {
 		t.Errorf("codes: %s %s", schema.ErrorCode(err), CodeOf(err))
 	}
-	_, err = c.Get(context.Background(), "x")
+	_, err = c.Get(context.Background(), strings.Repeat("ab", 32))
 	if !errors.As(err, &e) || e.Status != 502 || e.Code != "" || !strings.Contains(e.Error(), "bad gateway") {
 		t.Errorf("502 = %#v", err)
 	}
@@ -75,27 +75,63 @@ func TestErrors(t *testing.T) {
 func TestWait(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
+	done, never := strings.Repeat("d", 64), strings.Repeat("e", 64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
-		if r.URL.Path == "/v1/operations/done" && r.URL.Query().Get("wait") != "1m0s" {
+		if r.URL.Path == "/v1/operations/"+done && r.URL.Query().Get("wait") != "1m0s" {
 			t.Errorf("request without wait: %s", r.URL)
 		}
 		status := "running"
-		if n == 3 && r.URL.Path == "/v1/operations/done" {
+		if n == 3 && r.URL.Path == "/v1/operations/"+done {
 			status = "succeeded"
 		}
 		io.WriteString(w, `{"operationId":"x","status":"`+status+`"}`)
 	}))
 	defer srv.Close()
 	c, _ := New(srv.URL)
-	op, err := c.Wait(context.Background(), "done", 0)
+	op, err := c.Wait(context.Background(), done, 0)
 	if err != nil || op.Status != schema.StatusSucceeded || calls.Load() != 3 {
 		t.Errorf("Wait = %s, %v after %d calls", op.Status, err, calls.Load())
 	}
 	calls.Store(0)
 	start := time.Now()
-	op, err = c.Wait(context.Background(), "never", 50*time.Millisecond)
+	op, err = c.Wait(context.Background(), never, 50*time.Millisecond)
 	if err != nil || op.Status != schema.StatusRunning || time.Since(start) > 10*time.Second {
 		t.Errorf("Wait with a limit = %s, %v", op.Status, err)
+	}
+}
+
+// An ID that is not an operation ID never reaches the server: "." would
+// be redirected to the list route and decoded as an empty operation.
+func TestOperationIDChecked(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"operations":[]}`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"", ".", "..", "a/b", "../dlq", strings.Repeat("A", 64), strings.Repeat("a", 63), strings.Repeat("a", 63) + "/"} {
+		if _, err := c.Get(ctx, id); !errors.Is(err, ErrInvalidOperationID) {
+			t.Errorf("Get(%q) = %v, want ErrInvalidOperationID", id, err)
+		}
+		if _, err := c.Wait(ctx, id, time.Second); !errors.Is(err, ErrInvalidOperationID) {
+			t.Errorf("Wait(%q) = %v, want ErrInvalidOperationID", id, err)
+		}
+		if _, err := c.Cancel(ctx, id); !errors.Is(err, ErrInvalidOperationID) {
+			t.Errorf("Cancel(%q) = %v, want ErrInvalidOperationID", id, err)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent for IDs that are not operation IDs", n)
+	}
+	if _, err := c.Get(ctx, strings.Repeat("0a", 32)); err != nil {
+		t.Errorf("Get of a well-formed ID: %v", err)
 	}
 }

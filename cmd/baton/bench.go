@@ -85,7 +85,7 @@ each benchmark's measured run lasts (or, as "500x", how many ops it makes);
 			if o.suite {
 				return runBenchSuite(o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runBench(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -98,7 +98,7 @@ each benchmark's measured run lasts (or, as "500x", how many ops it makes);
 	f.StringVar(&o.action, "action", "github.issues.comment", "action of the operations")
 	f.StringSliceVar(&o.resources, "resources", []string{"issue:octo/demo#10", "issue:octo/demo#11", "issue:octo/demo#12"},
 		"resource keys to act on, round robin")
-	f.StringVar(&o.payload, "payload", "", `payload of every operation (default {"body": "baton bench RUN #N"})`)
+	f.StringVar(&o.payload, "payload", "", `payload of every operation: JSON, @FILE or @- (default {"body": "baton bench RUN #N"})`)
 	f.DurationVar(&o.waitTimeout, "wait-timeout", 10*time.Minute, "how long to wait for the operations to finish")
 	f.BoolVar(&o.noWait, "no-wait", false, "measure submitting only; do not wait for the operations")
 	o.clientOptions = addClientFlags(cmd)
@@ -128,7 +128,7 @@ type BenchReport struct {
 	Unfinished     int            `json:"unfinished"`
 }
 
-func runBench(ctx context.Context, o *benchOptions, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, stderr io.Writer) error {
 	switch {
 	case o.clients < 1 || o.clients > 4096:
 		return cliUsage(errors.New("--clients must be between 1 and 4096"))
@@ -149,7 +149,7 @@ func runBench(ctx context.Context, o *benchOptions, stdout, stderr io.Writer) er
 	}
 	var fixedPayload json.RawMessage
 	if o.payload != "" {
-		p, err := cliReadPayload(o.payload, nil)
+		p, err := cliReadPayload(o.payload, stdin)
 		if err != nil {
 			return cliUsage(err)
 		}

@@ -39,6 +39,13 @@ func TestCLIOperations(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, op.OperationID) || !strings.Contains(r.stderr, "existing operation") {
 		t.Errorf("submit again: %+v", r)
 	}
+	// With --json too: the note on stderr, the operation as is on stdout.
+	r = env.as(t, env.alice, append(submit, "--json")...)
+	var again client.Operation
+	cliDecodeJSON(t, r.stdout, &again)
+	if r.code != 0 || again.OperationID != op.OperationID || !strings.Contains(r.stderr, "existing operation") {
+		t.Errorf("submit again --json: %+v", r)
+	}
 	r = env.as(t, env.alice, "submit", "--key", "k-1", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10", "--payload", `{"body":"other"}`)
 	if r.code != 1 || !strings.Contains(r.stderr, "idempotency_conflict") {
 		t.Errorf("conflicting submit: %+v", r)
@@ -380,4 +387,20 @@ func cliIsMine(c *cobra.Command) bool {
 		}
 	}
 	return false
+}
+
+// status and cancel refuse what is not an operation ID (exit 2) rather
+// than print whatever another route of the API answers.
+func TestCLIOperationIDChecked(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	for _, args := range [][]string{
+		{"status", "."}, {"status", ".."}, {"status", ""}, {"status", "../dlq", "--json"},
+		{"status", ".", "--wait=1s"}, {"cancel", "."}, {"cancel", "a/b"},
+	} {
+		r := env.as(t, env.alice, args...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "not an operation ID") {
+			t.Errorf("baton %q: %+v", args, r)
+		}
+	}
 }

@@ -21,7 +21,7 @@ import (
 //	--server URL   the server (env BATON_SERVER; default http://127.0.0.1:8080)
 //	--token TOKEN  the API token (env BATON_TOKEN; prefer the environment:
 //	               a flag is visible to other users in ps)
-//	--json         print JSON instead of a table
+//	--json         print JSON instead of a table (not `lease run`)
 //
 // Exit status: 0 success, 1 an error (the API's message on stderr), 2 bad
 // usage; `lease run` adds 3 (held by another) and 4 (lease lost).
@@ -37,11 +37,18 @@ type clientOptions struct {
 
 // addClientFlags registers --server, --token and --json on cmd.
 func addClientFlags(cmd *cobra.Command) *clientOptions {
+	o := addServerFlags(cmd)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	return o
+}
+
+// addServerFlags registers --server and --token on cmd, for a subcommand
+// that prints nothing --json could shape (`lease run`).
+func addServerFlags(cmd *cobra.Command) *clientOptions {
 	o := &clientOptions{}
 	f := cmd.Flags()
 	f.StringVar(&o.server, "server", "", "baton server URL (env BATON_SERVER; default "+cliDefaultServer+")")
 	f.StringVar(&o.token, "token", "", "API token (env BATON_TOKEN, preferred: flags show in ps)")
-	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	cliUsageErrors(cmd)
 	return o
 }
@@ -99,8 +106,12 @@ func cliGroup(cmd *cobra.Command) {
 }
 
 // cliAPIError words an error of the API for the terminal: the message and
-// the code, e.g. "operation not found (not_found)".
+// the code, e.g. "operation not found (not_found)". An operation ID that
+// is not one is bad usage (exit 2).
 func cliAPIError(err error) error {
+	if errors.Is(err, client.ErrInvalidOperationID) {
+		return cliUsage(err)
+	}
 	var ce *client.Error
 	if errors.As(err, &ce) && ce.Code != "" {
 		return fmt.Errorf("%s (%s)", ce.Message, ce.Code)

@@ -104,6 +104,7 @@ through the admin API (adminUrl in ghsim.json; see the third example).`,
 	f.StringVar(&o.webhookURL, "webhook-url", "", "URL the App's webhook deliveries are sent to (none if empty)")
 	f.StringVar(&o.webhookSecret, "webhook-secret", "", "webhook secret (default: the one in DIR/ghsim.json, or a new random one)")
 	f.BoolVar(&o.seed, "seed", true, "seed installation 1 with the octo/demo repository")
+	cliUsageErrors(cmd)
 	return cmd
 }
 
@@ -111,11 +112,14 @@ through the admin API (adminUrl in ghsim.json; see the third example).`,
 func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	// The flags are checked before DIR or the App's key is touched.
 	if o.rateLimit == 0 {
-		return errors.New("--rate-limit 0 would refuse every request: give a positive limit, or -1 for unlimited")
+		return cliUsage(errors.New("--rate-limit 0 would refuse every request: give a positive limit, or -1 for unlimited"))
+	}
+	if o.primaryStatus != 403 && o.primaryStatus != 429 {
+		return cliUsage(fmt.Errorf("--rate-limit-status must be 403 or 429, not %d", o.primaryStatus))
 	}
 	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
 	if err != nil {
-		return fmt.Errorf("--secondary-retry-after: %w", err)
+		return cliUsage(fmt.Errorf("--secondary-retry-after: %w", err))
 	}
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {

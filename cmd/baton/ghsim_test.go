@@ -291,3 +291,23 @@ func TestServeAgainstGhsim(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Bad usage of ghsim exits 2, as every command's does, and touches no DIR.
+func TestGhsimUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"extra-argument"},
+		{"--no-such-flag"},
+		{"--rate-limit", "0"},
+		{"--rate-limit-status", "500"},
+		{"--secondary-retry-after", "sometimes"},
+	} {
+		dir := filepath.Join(t.TempDir(), "ghsim")
+		args := append([]string{"ghsim", "--listen", "127.0.0.1:0", "--dir", dir}, args...)
+		if code := run(args); code != 2 {
+			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("baton %s created DIR", strings.Join(args, " "))
+		}
+	}
+}

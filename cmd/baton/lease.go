@@ -26,10 +26,24 @@ const (
 	exitLeaseLost = 4
 )
 
+// leaseGuardCmd is the hidden command that runs CMD for `lease run` on
+// Linux (lease_linux.go).
+const leaseGuardCmd = "__lease-guard"
+
+// The bounds of --ttl: those of the API.
+const (
+	leaseMinTTL = time.Second
+	leaseMaxTTL = 15 * time.Minute
+)
+
+// leaseTTLUsage is the help of --ttl.
+const leaseTTLUsage = "time to live, 1s–15m (whole seconds, rounded up)"
+
 // leaseOptions are the flags the lease subcommands share.
 type leaseOptions struct {
 	owner      string
 	ttl        time.Duration
+	hasTTL     bool
 	leaseToken int64
 	*clientOptions
 }
@@ -37,11 +51,11 @@ type leaseOptions struct {
 // addLeaseFlags registers the flags of one lease subcommand: --owner,
 // and --ttl and --lease-token where the subcommand takes them.
 func addLeaseFlags(cmd *cobra.Command, ttl, token bool) *leaseOptions {
-	o := &leaseOptions{}
+	o := &leaseOptions{hasTTL: ttl}
 	f := cmd.Flags()
 	f.StringVar(&o.owner, "owner", "", "who holds the lease, no '/' (env BATON_LEASE_OWNER; default USER@HOST)")
 	if ttl {
-		f.DurationVar(&o.ttl, "ttl", time.Minute, "time to live, 1s–15m")
+		f.DurationVar(&o.ttl, "ttl", time.Minute, leaseTTLUsage)
 	}
 	if token {
 		f.Int64Var(&o.leaseToken, "lease-token", 0, "the fencing token acquire printed (env BATON_LEASE_TOKEN)")
@@ -65,8 +79,10 @@ func (o *leaseOptions) resolve(needToken bool) error {
 	if needToken && o.leaseToken <= 0 {
 		return cliUsage(errors.New("--lease-token is required: the fencing token acquire printed"))
 	}
-	if o.ttl != 0 && (o.ttl < time.Second || o.ttl > 15*time.Minute) {
-		return cliUsage(errors.New("--ttl must be between 1s and 15m"))
+	// Always checked (0 included): the TTL sent is then the TTL the server
+	// grants, which `lease run` counts its deadline and renewals from.
+	if o.hasTTL && (o.ttl < leaseMinTTL || o.ttl > leaseMaxTTL) {
+		return cliUsage(fmt.Errorf("--ttl must be between 1s and 15m, not %v", o.ttl))
 	}
 	return nil
 }
@@ -262,10 +278,22 @@ when CMD exits.
 CMD finds the lease in its environment: BATON_LEASE_KEY, BATON_LEASE_OWNER
 and BATON_LEASE_TOKEN (the fencing token, for systems that check it).
 CMD runs in its own process group, so that stopping it stops everything it
-started; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton (Ctrl-C included)
-are passed on to that group. CMD is not in the terminal's foreground: it
-should not read from the terminal. If baton itself dies, CMD gets SIGTERM
-(on Linux), since nobody renews the lease any more.
+started in that group; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton
+(Ctrl-C included) are passed on to that group. CMD is not in the terminal's
+foreground: it should not read from the terminal.
+
+On Linux, CMD runs under a small guard process (baton itself), so that
+nothing CMD started outlives the lease: when CMD exits, what it left
+running in its group gets SIGTERM, and SIGKILL after --grace, before the
+lease is released; if baton itself dies (even of SIGKILL), the group is
+stopped the same way, since nobody renews the lease any more. Processes
+that leave the group (setsid, daemons) are not stopped. On other systems
+there is no guard: if baton dies, CMD keeps running, and what CMD leaves
+behind when it exits gets SIGTERM only.
+
+--ttl is the lease's time to live, sent to the server and granted as
+given (1s–15m, whole seconds; default 1m); the lease is renewed every
+third of it and counted lost once it passed without a renewal.
 
 Exit status:
   CMD's own    CMD ran and exited (128+N when killed by signal N)
@@ -274,7 +302,7 @@ Exit status:
                refused): CMD got SIGTERM, and SIGKILL after --grace
   1, 2         an error, bad usage
 
-The default owner is USER@HOST:PID, unique to this run.`,
+The owner defaults to USER@HOST:PID, unique to this run.`,
 		Example: `  baton lease run repo:octo/demo -- ./deploy.sh production
   baton lease run issue:octo/demo#10 --ttl 30s --wait -- sh -c 'echo "token $BATON_LEASE_TOKEN"'`,
 		Args: cobra.MinimumNArgs(2),
@@ -303,9 +331,14 @@ The default owner is USER@HOST:PID, unique to this run.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the lease while another holds it (default: exit 3)")
-	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lease, SIGKILL this long later")
+	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "SIGKILL this long after SIGTERM to CMD's group (a lost lease; on Linux also what CMD left when it exited)")
 	cmd.Flags().DurationVar(&o.pollEvery, "poll", 500*time.Millisecond, "with --wait, how often to try again")
-	o.leaseOptions = addLeaseFlags(cmd, true, false)
+	// Not addLeaseFlags: another default owner, and no --json (run prints
+	// nothing of its own but errors).
+	o.leaseOptions = &leaseOptions{hasTTL: true}
+	cmd.Flags().StringVar(&o.owner, "owner", "", "who holds the lease, no '/' (env BATON_LEASE_OWNER; default USER@HOST:PID, unique to this run)")
+	cmd.Flags().DurationVar(&o.ttl, "ttl", time.Minute, leaseTTLUsage)
+	o.clientOptions = addServerFlags(cmd)
 	return cmd
 }
 
@@ -358,20 +391,19 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		}
 	}
 
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = stdin, stdout, stderr
-	child.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"BATON_LEASE_KEY="+key,
 		"BATON_LEASE_OWNER="+o.owner,
 		"BATON_LEASE_TOKEN="+strconv.FormatInt(g.Token, 10),
 	)
-	child.SysProcAttr = leaseChildAttr()
-	if err := child.Start(); err != nil {
+	child, err := startLeaseChild(argv, env, stdin, stdout, stderr, o.grace)
+	if err != nil {
 		release()
 		return 1, fmt.Errorf("start %s: %w", argv[0], err)
 	}
+	defer child.close()
 	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
+	go func() { exited <- child.cmd.Wait() }()
 
 	// Renew every TTL/3 after the previous renewal finished; the lease is
 	// lost when a renewal is refused or our deadline passes first.
@@ -418,30 +450,47 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		<-renewDone
 	}
 
-	pgid := child.Process.Pid
 	for {
 		select {
 		case err := <-exited:
+			child.exited()
 			stopRenewing()
 			release()
 			return leaseChildExitCode(err)
 		case s := <-sigs:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			child.signal(s.(syscall.Signal))
 		case cause := <-lost:
 			fmt.Fprintf(stderr, "baton: %v; stopping %s\n", cause, argv[0])
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			kill := time.NewTimer(o.grace)
+			child.stop()
+			kill := time.NewTimer(child.killAfter)
 			select {
 			case <-exited:
 				kill.Stop()
 			case <-kill.C:
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				child.kill()
 				<-exited
 			}
 			<-renewDone
 			return exitLeaseLost, nil
 		}
 	}
+}
+
+// leaseChild is CMD of `lease run` as started on this system
+// (startLeaseChild in lease_linux.go, lease_other.go).
+type leaseChild struct {
+	cmd *exec.Cmd
+	// signal passes a signal baton got on to CMD's process group.
+	signal func(syscall.Signal)
+	// stop is for a lost lease: SIGTERM to CMD's group, SIGKILL after
+	// --grace; kill ends it if it has not ended killAfter later.
+	stop      func()
+	kill      func()
+	killAfter time.Duration
+	// exited stops what CMD left behind once cmd exited.
+	exited func()
+	// close releases what the child holds once it exited.
+	close func()
 }
 
 // leaseChildExitCode turns the command's end into baton's exit status.

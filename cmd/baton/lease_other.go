@@ -2,10 +2,32 @@
 
 package main
 
-import "syscall"
+import (
+	"io"
+	"os/exec"
+	"syscall"
+	"time"
+)
 
-// leaseChildAttr puts the command of `lease run` in its own process group,
-// so a lost lease stops everything it started.
-func leaseChildAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
+// startLeaseChild starts CMD in its own process group. Unlike on Linux
+// there is no guard: if baton dies of SIGKILL, CMD keeps running, and what
+// CMD leaves behind when it exits gets SIGTERM only.
+func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration) (*leaseChild, error) {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = stdin, stdout, stderr
+	child.Env = env
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := child.Start(); err != nil {
+		return nil, err
+	}
+	pgid := child.Process.Pid
+	return &leaseChild{
+		cmd:       child,
+		signal:    func(s syscall.Signal) { _ = syscall.Kill(-pgid, s) },
+		stop:      func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		killAfter: grace,
+		kill:      func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },
+		exited:    func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		close:     func() {},
+	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,95 @@ import (
 	"testing"
 	"time"
 )
+
+func TestMain(m *testing.M) {
+	// `lease run` runs baton again as its guard on Linux: run in-process,
+	// it runs this test binary, which must then act as baton.
+	if len(os.Args) > 1 && os.Args[1] == leaseGuardCmd {
+		os.Exit(run(os.Args[1:]))
+	}
+	code := m.Run()
+	if cliBuilt.dir != "" {
+		os.RemoveAll(cliBuilt.dir)
+	}
+	os.Exit(code)
+}
+
+// cliBuilt is the baton binary the tests built, once.
+var cliBuilt struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// cliBuildBaton builds baton once for the tests that run it as a process.
+func cliBuildBaton(t *testing.T) string {
+	t.Helper()
+	cliBuilt.once.Do(func() {
+		if cliBuilt.dir, cliBuilt.err = os.MkdirTemp("", "baton-cli-test-"); cliBuilt.err != nil {
+			return
+		}
+		cliBuilt.bin = filepath.Join(cliBuilt.dir, "baton")
+		if out, err := exec.Command("go", "build", "-o", cliBuilt.bin, ".").CombinedOutput(); err != nil {
+			cliBuilt.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if cliBuilt.err != nil {
+		t.Fatal(cliBuilt.err)
+	}
+	return cliBuilt.bin
+}
+
+// --ttl is 1s–15m wherever it is taken, 0 included: the server would
+// grant its own 60 s for 0 while `lease run` counted from 0 and stopped
+// CMD at once.
+func TestLeaseTTLBounds(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	const key = "issue:octo/demo#30"
+	for _, args := range [][]string{
+		{"lease", "run", key, "--ttl", "0", "--", "true"},
+		{"lease", "run", key, "--ttl", "16m", "--", "true"},
+		{"lease", "run", key, "--ttl", "500ms", "--", "true"},
+		{"lease", "acquire", key, "--ttl", "0"},
+		{"lease", "acquire", key, "--ttl", "-1s"},
+		{"lease", "renew", key, "--lease-token", "1", "--ttl", "0"},
+		{"lease", "renew", key, "--lease-token", "1", "--ttl", "20m"},
+	} {
+		args = append(append(args[:2:2], "--server", env.URL, "--token", env.alice), args[2:]...)
+		r := cliRun(t, "", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--ttl must be between 1s and 15m") {
+			t.Errorf("baton %s: %+v", strings.Join(args, " "), r)
+		}
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after refused commands: %+v, %v", st, err)
+	}
+	// The bounds themselves are taken; run counts from the TTL it sent.
+	if r := cliRun(t, "", "lease", "run", key, "--ttl", "1s", "--server", env.URL, "--token", env.alice, "--",
+		"sh", "-c", "sleep 1.5; echo done"); r.code != 0 || r.stdout != "done\n" {
+		t.Errorf("lease run --ttl 1s: %+v", r)
+	}
+	if r := env.as(t, env.alice, "lease", "acquire", key, "--ttl", "15m", "--json"); r.code != 0 {
+		t.Errorf("lease acquire --ttl 15m: %+v", r)
+	}
+}
+
+// lease run's help says what its code does: the default owner, no --json.
+func TestLeaseRunHelp(t *testing.T) {
+	t.Parallel()
+	r := cliRun(t, "", "lease", "run", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "default USER@HOST:PID") || strings.Contains(r.stdout, "--json") ||
+		!strings.Contains(r.stdout, "1s–15m") {
+		t.Errorf("lease run --help:\n%s", r.stdout)
+	}
+	if r := cliRun(t, "", "lease", "run", "issue:octo/demo#31", "--json", "--", "true"); r.code != 2 {
+		t.Errorf("lease run --json: %+v", r)
+	}
+	if r := cliRun(t, "", "lease", "acquire", "--help"); !strings.Contains(r.stdout, "default USER@HOST)") {
+		t.Errorf("lease acquire --help:\n%s", r.stdout)
+	}
+}
 
 // cliLockedBuffer is an io.Writer safe to read while a process writes to it.
 type cliLockedBuffer struct {
@@ -100,11 +190,7 @@ func cliEventually(t *testing.T, within time.Duration, what string, cond func() 
 // whose lease coordinator runs on a fake clock.
 func TestLeaseRun(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "baton")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := cliBuildBaton(t)
 	env := newCLIEnv(t, cliEnvOptions{})
 	ctx := context.Background()
 	bob := env.apiClient(t, env.bob)

@@ -29,8 +29,8 @@ func newOpsCmd() *cobra.Command {
 		Long: `Ops lists operations, newest first, one page at a time (--limit, default 50);
 when there are more it prints the --cursor of the next page on stderr.
 --all follows the pages to the end. A non-admin token lists only its own
-actor's operations; an admin token lists everyone's, or one actor's with
---actor.`,
+actor's operations, on the installations it is bound to; an admin token
+lists everyone's, or one actor's with --actor.`,
 		Example: `  baton ops
   baton ops --status queued --resource issue:octo/demo#10
   baton ops --action github.pulls.merge --all --json`,

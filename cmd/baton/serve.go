@@ -49,6 +49,13 @@ type serveOptions struct {
 	mqLabel, mqChecks, mqMethod                  string
 }
 
+// The bounds of --lease-ttl: those the executor accepts for an
+// operation's lease.
+const (
+	serveMinLeaseTTL = 3 * time.Second
+	serveMaxLeaseTTL = 5 * time.Minute
+)
+
 func newServeCmd() *cobra.Command { return serveCmd(&serveOptions{}) }
 
 // serveCmd is `baton serve`, its flags set into o.
@@ -83,7 +90,8 @@ flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
 SIGINT or SIGTERM stop baton gracefully: no new requests, calls to GitHub in
 flight finish, operations waiting (a backoff, a pace) go back to the queue at
 once, anything still running at --shutdown-timeout goes back too (leases
-released), then exit 0.`,
+released; a call to GitHub still in flight is cut short, and its operation
+checks GitHub first when it runs again), then exit 0.`,
 		Example: `  baton serve --dev
   baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
   baton serve --app-id 12345 --private-key app.pem --webhook-secret-file secret.txt
@@ -111,14 +119,14 @@ released), then exit 0.`,
 	f.StringVar(&o.natsTLSCA, "nats-tls-ca", "", "CA file to trust for the NATS server")
 	f.StringVar(&o.natsTLSCert, "nats-tls-cert", "", "client certificate for the NATS server")
 	f.StringVar(&o.natsTLSKey, "nats-tls-key", "", "client key for the NATS server")
-	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "stream replicas (external cluster)")
+	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "stream replicas, 1–5 (more than 1 needs an external cluster)")
 	f.StringVar(&o.natsSync, "nats-sync", "default", "embedded JetStream flush policy: default|always")
-	f.IntVar(&o.workers, "workers", 32, "operations run at once")
-	f.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "TTL of an operation's resource lease (kept alive; at most 5m)")
+	f.IntVar(&o.workers, "workers", 32, "operations run at once, 1–4096")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "TTL of an operation's resource lease (kept alive), 3s–5m")
 	f.DurationVar(&o.ackWait, "ack-wait", 60*time.Second, "queue ack wait (must exceed --lease-ttl)")
 	f.DurationVar(&o.reconcileInterval, "reconcile-interval", 30*time.Second, "how often operations missing from the queue (a failed publish) are found and published again")
 	f.DurationVar(&o.reconcileMinAge, "reconcile-min-age", time.Minute, "how long after its last dispatch an unfinished operation may be published again by the reconciler")
-	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "graceful shutdown deadline (positive)")
 	f.DurationVar(&o.retention, "operation-retention", app.DefaultOperationRetention, "how long a finished operation's record is kept (at least 72h; 0 keeps them forever); then its idempotency key is free again")
 	f.StringVar(&o.synchronous, "sqlite-synchronous", "FULL", "SQLite synchronous setting: FULL|EXTRA|NORMAL")
 	f.StringVar(&o.mqLabel, "merge-queue-label", mergequeue.DefaultLabel, "label that puts a pull request in the merge queue (at most 50 characters)")
@@ -215,6 +223,22 @@ func (o *serveOptions) config() (app.Config, error) {
 			TLSKeyFile:      o.natsTLSKey,
 			Replicas:        o.natsReplicas,
 		},
+	}
+	// app.Config reads 0 as "the default": on the command line, where the
+	// defaults are the flags', 0 and negative values are refused here.
+	switch {
+	case o.workers < 1 || o.workers > 4096:
+		return cfg, fmt.Errorf("--workers must be between 1 and 4096, not %d", o.workers)
+	case o.natsReplicas < 1 || o.natsReplicas > 5:
+		return cfg, fmt.Errorf("--nats-replicas must be between 1 and 5, not %d", o.natsReplicas)
+	case o.leaseTTL < serveMinLeaseTTL || o.leaseTTL > serveMaxLeaseTTL:
+		return cfg, fmt.Errorf("--lease-ttl must be between 3s and 5m, not %v", o.leaseTTL)
+	case o.ackWait <= o.leaseTTL:
+		return cfg, fmt.Errorf("--ack-wait (%v) must exceed --lease-ttl (%v)", o.ackWait, o.leaseTTL)
+	case o.shutdownTimeout <= 0:
+		return cfg, fmt.Errorf("--shutdown-timeout must be positive, not %v", o.shutdownTimeout)
+	case o.reconcileInterval <= 0 || o.reconcileMinAge <= 0:
+		return cfg, errors.New("--reconcile-interval and --reconcile-min-age must be positive")
 	}
 	if o.retention == 0 {
 		cfg.OperationRetention = -1 // kept forever

@@ -163,3 +163,51 @@ func TestRootUsage(t *testing.T) {
 		t.Errorf("unknown flag: exit %d, want 2", code)
 	}
 }
+
+// Out-of-range numbers and durations are refused before anything starts,
+// as usage errors, rather than read as app.Config's "default" (0) or
+// refused by the executor at start (exit 1).
+func TestServeFlagBounds(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "0"}, "--workers must be between 1 and 4096"},
+		{[]string{"--workers", "4097"}, "--workers must be between 1 and 4096"},
+		{[]string{"--nats-replicas", "0"}, "--nats-replicas must be between 1 and 5"},
+		{[]string{"--nats-replicas", "6"}, "--nats-replicas must be between 1 and 5"},
+		{[]string{"--lease-ttl", "2s"}, "--lease-ttl must be between 3s and 5m"},
+		{[]string{"--lease-ttl", "0"}, "--lease-ttl must be between 3s and 5m"},
+		{[]string{"--lease-ttl", "6m", "--ack-wait", "10m"}, "--lease-ttl must be between 3s and 5m"},
+		{[]string{"--ack-wait", "0"}, "--ack-wait (0s) must exceed --lease-ttl"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout must be positive"},
+		{[]string{"--shutdown-timeout", "0"}, "--shutdown-timeout must be positive"},
+		{[]string{"--reconcile-interval", "0"}, "must be positive"},
+		{[]string{"--reconcile-min-age", "-1s"}, "must be positive"},
+	} {
+		o := &serveOptions{}
+		if err := serveCmd(o).Flags().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--lease-ttl", "2s"},
+		{"--lease-ttl", "5m1s", "--ack-wait", "10m"},
+	} {
+		args = append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, args...)
+		if code := run(args); code != 2 {
+			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+	// The bounds themselves are accepted.
+	o := &serveOptions{}
+	if err := serveCmd(o).Flags().Parse([]string{"--workers", "1", "--lease-ttl", "3s", "--ack-wait", "4s", "--nats-replicas", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.config(); err != nil {
+		t.Errorf("the bounds: %v", err)
+	}
+}

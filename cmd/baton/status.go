@@ -20,7 +20,7 @@ the last error and the result.
 With --wait it first waits until the operation is terminal (succeeded,
 failed or cancelled); --wait=DURATION waits at most that long and then
 prints the operation as it stands. A non-admin token sees only its own
-actor's operations.`,
+actor's operations, on the installations it is bound to.`,
 		Example: `  baton status 3f2a…c9
   baton status 3f2a…c9 --wait
   baton status 3f2a…c9 --wait=30s --json | jq -r .status`,

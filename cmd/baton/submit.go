@@ -37,8 +37,9 @@ the operation: its ID, status, action and resource.
 
 The idempotency key (--key) names the operation together with your token's
 actor: submitting the same key with the same input again returns the
-existing operation (exit 0, "existing"), and the same key with other input
-is refused (idempotency_conflict). Without --key a random key is generated
+existing operation (exit 0; "existing operation" on stderr, also with
+--json), and the same key with other input is refused
+(idempotency_conflict). Without --key a random key is generated
 and printed on stderr; scripts that may retry should always pass --key.
 
 The payload is JSON, given inline, as @FILE, or @- for stdin.
@@ -120,7 +121,8 @@ func runSubmit(ctx context.Context, o *submitOptions, stdin io.Reader, stdout, s
 	if err != nil {
 		return cliAPIError(err)
 	}
-	if !created && !o.json {
+	if !created {
+		// On stderr also with --json: stdout keeps the operation's shape.
 		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same input")
 	}
 	if o.wait.set {

@@ -103,9 +103,9 @@ func newTokenCreateCmd() *cobra.Command {
 		Long: `Create stores a new API token and prints it on stdout, alone, so that
 scripts can capture it: export BATON_TOKEN=$(baton token create ...).
 
-A non-admin token sees and cancels only its actor's operations and acts
-only on the installations given with --installation (repeatable), or on
-all with --all-installations. An admin token (--admin) sees every actor's
+A non-admin token sees and cancels only its actor's operations, and acts
+(and sees) only on the installations given with --installation
+(repeatable), or on all with --all-installations. An admin token (--admin) sees every actor's
 operations, manages dead letters, and acts on every installation. Actor
 names beginning with "github:" are reserved for the operations baton
 derives from webhooks.`,
