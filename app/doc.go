@@ -29,8 +29,9 @@
 //
 // # Installations
 //
-// The [Installations] registry follows installation, installation_repositories
-// and repository events and resyncs from GitHub hourly. InstallationOf
+// The [Installations] registry follows installation, installation_repositories,
+// installation_target and repository events, reading the installation's
+// current state from GitHub when one arrives, and resyncs from GitHub hourly. InstallationOf
 // returns forbidden for repositories baton is not installed on, or whose
 // installation is suspended.
 //

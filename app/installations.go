@@ -78,8 +78,10 @@ type InstallationsConfig struct {
 	// DB is baton's database. Required.
 	DB *sqlite.DB
 	// App is a client authenticated as the App (JWT), for
-	// GET /app/installations (executor.GitHubClients.App). Nil turns the
-	// resync off: the registry learns only from webhooks.
+	// GET /app/installations (executor.GitHubClients.App) and, when an
+	// installation event arrives, GET /app/installations/{id}. Nil turns
+	// the resync off: the registry learns only from webhooks, applied as
+	// sent.
 	App *github.Client
 	// Installation returns a client authenticated as an installation, for
 	// GET /installation/repositories (executor.GitHubClients.Installation).
@@ -102,7 +104,8 @@ type InstallationsConfig struct {
 // Installations is the registry of the App's installations: the accounts
 // it is installed on, their repositories and permissions, and whether they
 // are suspended. Webhooks keep it current (subscribe it to the event
-// dispatcher: it handles installation and installation_repositories); a
+// dispatcher: it handles installation, installation_repositories,
+// installation_target and repository); a
 // resync from GitHub at Start and every ResyncInterval repairs anything
 // missed. It resolves a repository to its installation for the API and the
 // executor.

@@ -3,11 +3,15 @@ package app
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
+	"github.com/google/go-github/v62/github"
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/internal/sqlite"
@@ -39,7 +43,16 @@ type installationPayload struct {
 	Action       string            `json:"action"`
 	Installation *hookInstallation `json:"installation"`
 	Repository   *hookRepo         `json:"repository"` // repository events
-	Changes      *struct {
+	// Account is the renamed account of installation_target events.
+	Account *struct {
+		Login string `json:"login"`
+		Slug  string `json:"slug"`
+	} `json:"account"`
+	Changes *struct {
+		// Login is the account's former login (installation_target).
+		Login *struct {
+			From string `json:"from"`
+		} `json:"login"`
 		Repository *struct {
 			Name *struct {
 				From string `json:"from"`
@@ -74,19 +87,30 @@ func installationRepos(in []hookRepo) []installationRepo {
 }
 
 // Events implements EventHandler: the registry follows installation,
-// installation_repositories, and repository (created, deleted, renamed,
-// transferred: the repositories of an installation that grants all of
-// them change without installation_repositories).
+// installation_repositories, installation_target (the account was
+// renamed: so were its repositories), and repository (created, deleted,
+// renamed, transferred: the repositories of an installation that grants
+// all of them change without installation_repositories).
 func (in *Installations) Events() []string {
-	return []string{"installation", "installation_repositories", "repository"}
+	return []string{"installation", "installation_repositories", "installation_target", "repository"}
 }
 
 // HandleEvent implements EventHandler. It applies an installation
 // (created, deleted, suspend, unsuspend, new_permissions_accepted),
-// installation_repositories (added, removed) or repository (created,
-// deleted, renamed, transferred) event to the registry. Events about an
-// installation already recorded as removed are ignored: GitHub never
-// reuses an installation ID, so they are late copies.
+// installation_repositories (added, removed), installation_target
+// (renamed) or repository (created, deleted, renamed, transferred) event
+// to the registry. Events about an installation already recorded as
+// removed are ignored: GitHub never reuses an installation ID, so they are
+// late copies.
+//
+// GitHub does not deliver events in order, and missed deliveries are
+// redelivered late, so with an App client the registry does not trust an
+// installation, installation_repositories or installation_target event's
+// action: it reads the installation's current state (GET
+// /app/installations/{id}) and, unless suspended, its repositories, and
+// records them, as the resync does. Only when GitHub does not know the
+// installation (404), or there is no App client, is the event applied as
+// sent. A deleted event is always applied: a removal is final.
 func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	var p installationPayload
 	if err := json.Unmarshal(d.Payload, &p); err != nil {
@@ -105,6 +129,10 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	log := in.log.With(zap.String(logKeyDeliveryID, d.ID), zap.Int64(logKeyInstallation, s.id),
 		zap.String(logKeyGitHubEvent, d.Event), zap.String(logKeyAction, p.Action))
 
+	if d.Event == "installation_target" && p.Action != "renamed" {
+		return nil
+	}
+
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	deleted, err := in.isDeleted(ctx, s.id)
@@ -114,6 +142,20 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	if deleted {
 		log.Info("event about a removed installation ignored", zap.String(logKeyEvent, "installations.ignored"))
 		return nil
+	}
+	if in.cfg.App != nil && !(d.Event == "installation" && p.Action == "deleted") {
+		refreshed, err := in.refreshLocked(ctx, s.id)
+		if err != nil {
+			return fmt.Errorf("app: apply %s.%s to installation %d: %w", d.Event, p.Action, s.id, err)
+		}
+		if refreshed {
+			log.Info("installation updated from GitHub's current state", zap.String(logKeyEvent, "installations.updated"))
+			return nil
+		}
+		log.Info("GitHub does not know the installation: event applied as sent", zap.String(logKeyEvent, "installations.unknown"))
+	}
+	if d.Event == "installation_target" {
+		return in.renameAccountLocked(ctx, s.id, p, log)
 	}
 	now := in.cfg.Now()
 	var (
@@ -230,5 +272,104 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	in.log.Info("installation repository updated", zap.String(logKeyEvent, "installations.repository"),
 		zap.String(logKeyDeliveryID, d.ID), zap.Int64(logKeyInstallation, id), zap.String(logKeyAction, p.Action),
 		zap.String(logKeyRepository, repo.fullName))
+	return nil
+}
+
+// refreshLocked records installation id as GitHub has it now (GET
+// /app/installations/{id}) with its repositories, unless suspended. It
+// reports false, and records nothing, when GitHub does not know the
+// installation (404). The caller holds in.mu, so that of two events the
+// one recorded last read GitHub last.
+func (in *Installations) refreshLocked(ctx context.Context, id int64) (bool, error) {
+	gi, _, err := in.cfg.App.Apps.GetInstallation(ctx, id)
+	var er *github.ErrorResponse
+	if errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("read the installation from GitHub: %w", err)
+	}
+	s, err := installationFromREST(gi)
+	if err != nil {
+		return true, err
+	}
+	if s.id != id {
+		return true, fmt.Errorf("GitHub answered installation %d for %d", s.id, id)
+	}
+	_, err = in.recordLocked(ctx, s, time.Time{})
+	return true, err
+}
+
+// renameAccountLocked applies installation_target.renamed as sent: the
+// installation's account and the owner of its repositories become the
+// new login. The caller holds in.mu.
+func (in *Installations) renameAccountLocked(ctx context.Context, id int64, p installationPayload, log *zap.Logger) error {
+	var from, to string
+	if c := p.Changes; c != nil && c.Login != nil {
+		from = c.Login.From
+	}
+	if a := p.Account; a != nil {
+		to = cmp.Or(a.Login, a.Slug)
+	}
+	if from == "" || to == "" || strings.Contains(to, "/") {
+		return Permanent(errors.New("installation_target.renamed without the old and new logins"))
+	}
+	var account string
+	err := in.db.QueryRow(ctx, `SELECT account FROM installations WHERE id = ? AND deleted_at IS NULL`, id).Scan(&account)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // the resync will learn of the installation, with its repositories
+	}
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(account, from) {
+		// A late copy (the account has another login now), or renames
+		// out of order: the resync sets the account right.
+		log.Info("rename of a login the account does not have ignored", zap.String(logKeyEvent, "installations.ignored"))
+		return nil
+	}
+	prefix := strings.ToLower(from) + "/"
+	now := in.cfg.Now()
+	renamed := 0
+	err = in.write(ctx, func(tx *sqlite.Tx) error {
+		renamed = 0
+		if _, err := tx.Exec(`UPDATE installations SET account = ?, updated_at = ? WHERE id = ? AND account != ?`, to, now.UnixMicro(), id, to); err != nil {
+			return err
+		}
+		rows, err := tx.Query(`SELECT name_key, full_name, repository_id FROM installation_repositories WHERE installation_id = ?`, id)
+		if err != nil {
+			return err
+		}
+		var old, moved []installationRepo
+		for rows.Next() {
+			var (
+				key string
+				r   installationRepo
+			)
+			if err := rows.Scan(&key, &r.fullName, &r.id); err != nil {
+				rows.Close()
+				return err
+			}
+			if strings.HasPrefix(key, prefix) {
+				old = append(old, r)
+				moved = append(moved, installationRepo{id: r.id, fullName: to + "/" + r.fullName[len(prefix):]})
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		renamed = len(moved)
+		if err := removeReposTx(tx, id, old, now); err != nil {
+			return err
+		}
+		_, err = addReposTx(tx, id, moved, now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("app: apply installation_target.renamed to installation %d: %w", id, err)
+	}
+	log.Info("installation account renamed", zap.String(logKeyEvent, "installations.renamed"), zap.Int("repositories", renamed))
 	return nil
 }

@@ -3,9 +3,11 @@ package app
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 	"go.uber.org/zap"
@@ -22,7 +24,11 @@ import (
 //
 // Each installation is written under the registry's lock, taken before
 // its repositories are read, so a webhook handled meanwhile is applied
-// after the resync's snapshot, never under it.
+// after the resync's snapshot, never under it; and an installation a
+// webhook changed after the resync started (its updated_at, on the
+// registry's clock, is not before the start) keeps the webhook's state:
+// the listed snapshot may predate it. A removal recorded since the start
+// is never undone.
 func (in *Installations) Resync(ctx context.Context) error {
 	if in.cfg.App == nil {
 		return errors.New("app: the installations registry has no App client to resync with")
@@ -52,7 +58,7 @@ func (in *Installations) Resync(ctx context.Context) error {
 			continue
 		}
 		seen[s.id] = true
-		n, err := in.resyncOne(ctx, s)
+		n, err := in.resyncOne(ctx, s, started)
 		repos += n
 		if err != nil {
 			if ctx.Err() != nil {
@@ -111,13 +117,24 @@ func (in *Installations) Resync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// resyncOne records one installation as GitHub lists it, with its
-// repositories unless it is suspended (a suspended installation gets no
-// token; its repositories are kept as they were). It returns how many
-// repositories it recorded.
-func (in *Installations) resyncOne(ctx context.Context, s installationState) (int, error) {
+// resyncOne records one installation as GitHub listed it at or after
+// since, with its repositories unless it is suspended (a suspended
+// installation gets no token; its repositories are kept as they were). It
+// returns how many repositories it recorded.
+func (in *Installations) resyncOne(ctx context.Context, s installationState, since time.Time) (int, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.recordLocked(ctx, s, since)
+}
+
+// recordLocked records s, GitHub's state of an installation, and the
+// repositories GitHub lists for it now (unless it is suspended). With a
+// non-zero since, s is a snapshot taken at or after since: an installation
+// whose record changed at or after since (a webhook, applied after the
+// snapshot may have been taken) keeps that record, and one removed at or
+// after since stays removed; its repositories, read now under the lock,
+// are recorded all the same unless it was removed. The caller holds in.mu.
+func (in *Installations) recordLocked(ctx context.Context, s installationState, since time.Time) (int, error) {
 	var (
 		repos     []installationRepo
 		reposErr  error
@@ -127,25 +144,56 @@ func (in *Installations) resyncOne(ctx context.Context, s installationState) (in
 		repos, reposErr = in.listRepos(ctx, s.id)
 		haveRepos = reposErr == nil
 	}
-	var c installationChange
+	var (
+		c       installationChange
+		skipped bool
+	)
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
-		var err error
-		if c, err = in.upsertTx(tx, s, in.cfg.Now()); err != nil {
-			return err
+		c, skipped = installationChange{}, false
+		now := in.cfg.Now()
+		if !since.IsZero() {
+			var (
+				updated   int64
+				deletedAt sql.NullInt64
+			)
+			err := tx.QueryRow(`SELECT updated_at, deleted_at FROM installations WHERE id = ?`, s.id).Scan(&updated, &deletedAt)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return err
+			case deletedAt.Valid && deletedAt.Int64 >= since.UnixMicro():
+				skipped, haveRepos = true, false // removed after the snapshot
+				return nil
+			case updated >= since.UnixMicro():
+				skipped = true // changed after the snapshot: keep the change
+			}
+		}
+		if !skipped {
+			var err error
+			if c, err = in.upsertTx(tx, s, now); err != nil {
+				return err
+			}
 		}
 		if haveRepos {
-			return replaceReposTx(tx, s.id, repos, in.cfg.Now())
+			return replaceReposTx(tx, s.id, repos, now)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("app: record installation %d: %w", s.id, err)
 	}
+	if skipped {
+		in.log.Debug("installation changed since the resync's snapshot: its newer record kept", zap.String(logKeyEvent, "installations.resync_skipped"),
+			zap.Int64(logKeyInstallation, s.id))
+	}
 	if c.existed && (c.wasDeleted || c.permissionsChanged || c.suspensionChanged) {
 		in.notify(s.id)
 	}
 	if reposErr != nil {
 		return 0, fmt.Errorf("app: list the repositories of installation %d: %w", s.id, reposErr)
+	}
+	if !haveRepos {
+		return 0, nil
 	}
 	return len(repos), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -114,8 +115,12 @@ func TestInstallationLifecycleFromWebhooks(t *testing.T) {
 	}
 
 	// The owner accepts new permissions (GitHub's new_permissions_accepted:
-	// the installation event's shape with the new permissions).
+	// the installation event's shape with the new permissions; GitHub
+	// holds them, and the registry reads them from there).
 	before := len(e.changes())
+	simPerms := maps.Clone(e.sim.Installations()[0].Permissions)
+	simPerms["members"] = "read"
+	must(e.sim.SetInstallationPermissions(5, simPerms))
 	p := lastSimPayload(t, e.sim, "installation")
 	p["action"] = "new_permissions_accepted"
 	instObj := p["installation"].(map[string]any)

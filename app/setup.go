@@ -29,7 +29,7 @@ var ErrRestartRequired = errors.New("restart baton to run as the new App")
 // SetupConfig configures the setup flow.
 type SetupConfig struct {
 	// DataDir is where the credentials are stored (AppCredentialsFile,
-	// AppPrivateKeyFile). Required.
+	// and the key file it names, AppPrivateKeyFileOf). Required.
 	DataDir string
 	// PublicURL is the URL GitHub and browsers reach baton at
 	// ("https://baton.example.com"): the App's webhook is
@@ -84,6 +84,11 @@ type Setup struct {
 	mux      *http.ServeMux
 	cookie   string
 	secure   bool
+
+	// flowMu serialises the callbacks from the check that baton is not
+	// configured to the end of OnConfigured, so that two callbacks cannot
+	// both create an App and store it.
+	flowMu sync.Mutex
 
 	mu         sync.Mutex
 	states     map[string]time.Time // CSRF states issued → expiry
@@ -261,26 +266,33 @@ func (s *Setup) callback(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusBadRequest, setupView{State: "error", Error: "GitHub did not send back a valid code. Start again from /setup."})
 		return
 	}
+	ctx := context.WithoutCancel(r.Context()) // a closed tab must not leave the exchange half done
+	status, view := s.configure(ctx, code)
+	s.render(w, status, view)
+}
+
+// configure creates the App from code, stores its credentials and calls
+// OnConfigured, unless baton is configured already (and not forced). It
+// holds flowMu throughout and returns the page to show.
+func (s *Setup) configure(ctx context.Context, code string) (int, setupView) {
+	s.flowMu.Lock()
+	defer s.flowMu.Unlock()
 	s.mu.Lock()
 	already := s.configured != nil
 	s.mu.Unlock()
 	if already && !s.cfg.Force {
-		s.render(w, http.StatusConflict, setupView{State: "error", Error: "baton is configured already; it does not create a second App."})
-		return
+		return http.StatusConflict, setupView{State: "error", Error: "baton is configured already; it does not create a second App."}
 	}
 
-	ctx := context.WithoutCancel(r.Context()) // a closed tab must not leave the exchange half done
 	creds, err := s.exchange(ctx, code)
 	if err != nil {
 		s.log.Error("manifest code exchange failed", zap.String(logKeyEvent, "setup.exchange_failed"), zap.Error(err))
-		s.render(w, http.StatusBadGateway, setupView{State: "error", Error: "GitHub did not complete the App's creation: " + err.Error() + ". Start again from /setup."})
-		return
+		return http.StatusBadGateway, setupView{State: "error", Error: "GitHub did not complete the App's creation: " + err.Error() + ". Start again from /setup."}
 	}
 	if err := storeAppCredentials(s.cfg.DataDir, creds); err != nil {
 		s.log.Error("storing the App credentials failed", zap.String(logKeyEvent, "setup.store_failed"), zap.Error(err))
-		s.render(w, http.StatusInternalServerError, setupView{State: "error",
-			Error: "The App " + creds.Name + " was created on GitHub, but baton could not store its credentials (see its log). Delete the App on GitHub and start again."})
-		return
+		return http.StatusInternalServerError, setupView{State: "error",
+			Error: "The App " + creds.Name + " was created on GitHub, but baton could not store its credentials (see its log). Delete the App on GitHub and start again."}
 	}
 	s.log.Info("GitHub App created from the manifest", zap.String(logKeyEvent, "setup.configured"),
 		zap.Int64("appId", creds.AppID), zap.String("slug", creds.Slug))
@@ -301,7 +313,7 @@ func (s *Setup) callback(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.configured, s.running = &creds, view.Running
 	s.mu.Unlock()
-	s.render(w, http.StatusOK, view)
+	return http.StatusOK, view
 }
 
 // exchange trades the manifest code for the App's credentials.

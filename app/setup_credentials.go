@@ -13,14 +13,25 @@ import (
 	"time"
 )
 
-// The files the setup flow writes in the data directory, both mode 0600.
+// The files the setup flow writes in the data directory, mode 0600.
 const (
 	// AppCredentialsFile holds the App's ID, slug, name, client ID and
-	// secret, and webhook secret (JSON).
+	// secret, and webhook secret, and names the file of its private key
+	// (JSON). Its presence is what says "configured".
 	AppCredentialsFile = "github-app.json"
-	// AppPrivateKeyFile holds the App's private key (PEM).
+	// AppPrivateKeyFile is where earlier versions of baton kept the App's
+	// private key (PEM); credentials naming it are still read. The key is
+	// now kept in a file named for the App (AppPrivateKeyFileOf).
 	AppPrivateKeyFile = "github-app.pem"
 )
+
+// AppPrivateKeyFileOf is the file, in the data directory, of App appID's
+// private key (PEM): "github-app-<appID>.pem". Naming it for the App
+// keeps the stored ID and key of one App even when a crash ends a store
+// between the key and the credentials, which are written last.
+func AppPrivateKeyFileOf(appID int64) string {
+	return "github-app-" + strconv.FormatInt(appID, 10) + ".pem"
+}
 
 // AppCredentials are what baton needs to run as a GitHub App, as the
 // manifest conversion returned them. Keep them secret: the private key
@@ -106,17 +117,22 @@ func checkAppPrivateKey(pemBytes []byte) error {
 	return nil
 }
 
-// storeAppCredentials writes the key, then the credentials (their
-// presence is what says "configured"), each through a temporary file
-// synced and renamed, mode 0600.
+// storeAppCredentials writes the key to the App's own file
+// (AppPrivateKeyFileOf), then the credentials naming it (their presence is
+// what says "configured"), each through a temporary file synced and
+// renamed, mode 0600: whenever it stops, AppCredentialsFile names an App
+// and that App's key. The key file of the credentials it replaces is
+// removed once they are. Callers serialise their stores.
 func storeAppCredentials(dataDir string, c AppCredentials) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("app: create %s: %w", dataDir, err)
 	}
-	c.PrivateKeyFile = AppPrivateKeyFile
-	if err := writeSecretFile(filepath.Join(dataDir, AppPrivateKeyFile), c.PrivateKey); err != nil {
+	previous := storedPrivateKeyFile(dataDir)
+	c.PrivateKeyFile = AppPrivateKeyFileOf(c.AppID)
+	if err := writeSecretFile(filepath.Join(dataDir, c.PrivateKeyFile), c.PrivateKey); err != nil {
 		return err
 	}
+	syncDir(dataDir) // the key's rename before the credentials naming it
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
@@ -124,22 +140,49 @@ func storeAppCredentials(dataDir string, c AppCredentials) error {
 	if err := writeSecretFile(filepath.Join(dataDir, AppCredentialsFile), append(b, '\n')); err != nil {
 		return err
 	}
-	if d, err := os.Open(dataDir); err == nil {
-		_ = d.Sync() // make the renames durable
-		d.Close()
+	syncDir(dataDir)
+	if previous != "" && previous != c.PrivateKeyFile {
+		_ = os.Remove(filepath.Join(dataDir, previous)) // the replaced App's key
 	}
 	return nil
 }
 
+// storedPrivateKeyFile returns the key file the stored credentials name,
+// when it is one the setup flow wrote in dataDir; "" otherwise.
+func storedPrivateKeyFile(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, AppCredentialsFile))
+	if err != nil {
+		return ""
+	}
+	var c AppCredentials
+	if json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	if c.PrivateKeyFile == AppPrivateKeyFile || (c.AppID > 0 && c.PrivateKeyFile == AppPrivateKeyFileOf(c.AppID)) {
+		return c.PrivateKeyFile
+	}
+	return ""
+}
+
+// syncDir makes the renames in dir durable, as far as the system allows.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// writeSecretFile writes path through a temporary file of its own (mode
+// 0600) synced and renamed.
 func writeSecretFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("app: write %s: %w", path, err)
 	}
+	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o600) // whatever mode a leftover temporary file had
+		err = f.Chmod(0o600)
 	}
 	if err == nil {
 		err = f.Sync()

@@ -100,7 +100,10 @@ func (e *setupEnv) checkCredentials(ctx context.Context) AppCredentials {
 	if err != nil || !ok {
 		t.Fatalf("LoadAppCredentials: %v, %v", ok, err)
 	}
-	for _, name := range []string{AppCredentialsFile, AppPrivateKeyFile} {
+	if creds.PrivateKeyFile != AppPrivateKeyFileOf(creds.AppID) {
+		t.Errorf("key file %q, want %q", creds.PrivateKeyFile, AppPrivateKeyFileOf(creds.AppID))
+	}
+	for _, name := range []string{AppCredentialsFile, creds.PrivateKeyFile} {
 		fi, err := os.Stat(filepath.Join(e.dataDir, name))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, mode %v", name, err, fi.Mode())
@@ -327,7 +330,7 @@ func TestLoadAppCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, ok, err := LoadAppCredentials(filepath.Join(dir, "new"))
-	if err != nil || !ok || got.AppID != 9 || string(got.PrivateKey) != string(want.PrivateKey) || got.PrivateKeyFile != AppPrivateKeyFile {
+	if err != nil || !ok || got.AppID != 9 || string(got.PrivateKey) != string(want.PrivateKey) || got.PrivateKeyFile != AppPrivateKeyFileOf(9) {
 		t.Errorf("round trip: %+v, %v, %v", got, ok, err)
 	}
 	if got.InstallURL() != "https://github.com/apps/b/installations/new" {
