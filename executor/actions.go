@@ -3,7 +3,9 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -71,6 +73,58 @@ func (e *guardError) Unwrap() error { return e.err }
 
 func withGuard(ctx context.Context, check func() error) context.Context {
 	return context.WithValue(ctx, guardKey{}, check)
+}
+
+// saveKey carries, in a call's context, the save of the operation's
+// record (fenced by the lease), for an action that must make something it
+// learnt durable before its mutating request.
+type saveKey struct{}
+
+func withSave(ctx context.Context, save func() error) context.Context {
+	return context.WithValue(ctx, saveKey{}, save)
+}
+
+// persist saves the record through the save ctx carries, if any. A failure
+// is a guardError: the mutating request is not made.
+func persist(ctx context.Context) error {
+	if save, ok := ctx.Value(saveKey{}).(func() error); ok {
+		if err := save(); err != nil {
+			return &guardError{err}
+		}
+	}
+	return nil
+}
+
+// appIdentity is who baton's GitHub App is: its ID and slug.
+type appIdentity struct {
+	ID   int64
+	Slug string
+}
+
+// appKey carries, in a probe's context, how to learn the App's identity.
+type appKey struct{}
+
+func withApp(ctx context.Context, identity func(context.Context) (appIdentity, error)) context.Context {
+	return context.WithValue(ctx, appKey{}, identity)
+}
+
+// madeByApp reports whether the App posted cm: its author is a bot
+// account, the App's own ("<slug>[bot]"). Without an identity in ctx (an
+// action called outside Process) any bot account passes.
+func madeByApp(ctx context.Context, cm *github.IssueComment) (bool, error) {
+	u := cm.GetUser()
+	if u.GetType() != "Bot" {
+		return false, nil
+	}
+	identity, ok := ctx.Value(appKey{}).(func(context.Context) (appIdentity, error))
+	if !ok {
+		return true, nil
+	}
+	id, err := identity(ctx)
+	if err != nil {
+		return false, err
+	}
+	return strings.EqualFold(u.GetLogin(), id.Slug+"[bot]"), nil
 }
 
 // guard runs the check ctx carries, if any.
@@ -211,7 +265,16 @@ func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Rec
 			return false, nil, resp, err
 		}
 		for _, cm := range cms {
-			if strings.Contains(cm.GetBody(), marker) {
+			if !strings.Contains(cm.GetBody(), marker) {
+				continue
+			}
+			// Anyone who can comment can copy the marker: only the
+			// App's own comment is the effect.
+			mine, err := madeByApp(ctx, cm)
+			if err != nil {
+				return false, nil, nil, err
+			}
+			if mine {
 				return true, commentResult{CommentID: cm.GetID(), URL: cm.GetHTMLURL(), Probed: true}, resp, nil
 			}
 		}
@@ -266,7 +329,22 @@ type removeLabelAction struct{}
 
 func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
 	pl := p.(*schema.RemoveLabelPayload)
-	resp, err := c.Issues.RemoveLabelForIssue(ctx, t.Owner, t.Repo, t.Number, pl.Label)
+	// Not Issues.RemoveLabelForIssue: go-github puts the name in the path
+	// unescaped, so "?" or "#" would end the path and ".." parts would be
+	// resolved (a label could name any other route of the repository).
+	path, ok := labelPath(pl.Label)
+	if !ok {
+		// schema refuses such names; a record stored before it did is
+		// refused here.
+		return nil, nil, &actionError{Classification{Category: CategoryValidation,
+			Message: `a label name cannot be "." or "..", nor have such a part between slashes`}}
+	}
+	u := fmt.Sprintf("repos/%s/%s/issues/%d/labels/%s", t.Owner, t.Repo, t.Number, path)
+	req, err := c.NewRequest(http.MethodDelete, u, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := c.Do(ctx, req, nil)
 	if err != nil {
 		var ere *github.ErrorResponse
 		if resp != nil && resp.StatusCode == http.StatusNotFound && asErrorResponse(err, &ere) &&
@@ -282,6 +360,22 @@ func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Rec
 		have = nil
 	}
 	return labelsResult{Labels: have}, resp, nil
+}
+
+// labelPath escapes a label name for the URL path. Each part between
+// slashes is escaped and the slashes are kept, as go-github does for ref
+// names: GitHub takes a label's slash as is ("kind/bug") and does not find
+// the label when it is sent as %2F. A part that is "." or ".." would be
+// resolved as a relative path: ok is false for such a name.
+func labelPath(label string) (path string, ok bool) {
+	parts := strings.Split(label, "/")
+	for i, part := range parts {
+		if part == "." || part == ".." {
+			return "", false
+		}
+		parts[i] = url.PathEscape(part)
+	}
+	return strings.Join(parts, "/"), true
 }
 
 func (removeLabelAction) probe(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (bool, any, *github.Response, error) {
@@ -334,9 +428,36 @@ type updateRefResult struct {
 	Probed bool   `json:"probed,omitempty"`
 }
 
-func (updateRefAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
+func (updateRefAction) do(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
 	pl := p.(*schema.UpdateRefPayload)
-	if pl.ExpectedSHA != "" {
+	switch {
+	case pl.ExpectedSHA == "" && pl.Force:
+		// A forced update moves the ref from wherever it is, so a retry
+		// could undo a push made on top of an earlier attempt that was
+		// applied unseen (the probe only sees that the ref is not at sha).
+		// The first attempt records where the ref was before it (saved
+		// before the update is sent); later ones use that as an implicit
+		// expectedSha.
+		ref, resp, err := c.Git.GetRef(ctx, t.Owner, t.Repo, t.Ref)
+		if err != nil {
+			return nil, resp, err
+		}
+		cur := ref.GetObject().GetSHA()
+		if op.RefBeforeSHA == "" {
+			op.RefBeforeSHA = cur
+			if err := persist(ctx); err != nil {
+				return nil, nil, err
+			}
+		} else if cur != op.RefBeforeSHA && cur != pl.SHA {
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
+				RequestID: resp.Header.Get("X-Github-Request-Id"),
+				Message: fmt.Sprintf("ref moved from %s to %s since the first attempt; not forced over it (an earlier attempt may have been applied, then pushed on)",
+					short(op.RefBeforeSHA), short(cur))}}
+		}
+		if err := guard(ctx); err != nil {
+			return nil, nil, err
+		}
+	case pl.ExpectedSHA != "":
 		// GitHub's API has no compare-and-swap on a ref's old value, so
 		// baton checks it first. Other baton operations on this ref wait
 		// for the lease; a push from outside between the check and the
@@ -382,6 +503,9 @@ func (updateRefAction) probe(ctx context.Context, c *github.Client, _ *schema.Re
 	}
 	return false, nil, resp, nil
 }
+
+// short abbreviates a commit sha for messages.
+func short(sha string) string { return sha[:min(len(sha), 12)] }
 
 // --- github.repos.create_status ---
 

@@ -3,9 +3,16 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-github/v62/github"
 
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
@@ -177,4 +184,160 @@ func TestActionsAgainstSimulator(t *testing.T) {
 			t.Errorf("statuses = %+v", sts)
 		}
 	})
+}
+
+// remove_label puts the label's name in the URL path: it must name that
+// label and nothing else, whatever characters it holds.
+func TestRemoveLabelNameStaysInItsPath(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c, err := gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	res := schema.Resource{Type: "issue", ID: "octo/demo#12"}
+	remove := func(t *testing.T, label string) error {
+		t.Helper()
+		rec, tg, _ := actionRecord(t, schema.ActionRemoveLabel, res, `{"label":"placeholder"}`)
+		// Built by hand: schema refuses some of these names, but a record
+		// stored before it did would still reach the action.
+		_, _, err := actions[rec.Action].do(ctx, c, rec, tg, &schema.RemoveLabelPayload{Label: label})
+		return err
+	}
+	labels := func() []string {
+		is, err := sim.Issue("octo", "demo", 12)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return is.Labels
+	}
+
+	t.Run("traversal", func(t *testing.T) {
+		base, _ := sim.Ref("octo", "demo", "heads/main")
+		if err := sim.SetRef("octo", "demo", "heads/victim", base, ""); err != nil {
+			t.Fatal(err)
+		}
+		before := len(sim.Effects())
+		for _, l := range []string{"../../../git/refs/heads/victim", "..", "x/../../../../git/refs/heads/victim"} {
+			err := remove(t, l)
+			if cl := Classify(err, time.Now()); cl.Category != CategoryValidation || cl.Retryable {
+				t.Errorf("%q: %+v (%v)", l, cl, err)
+			}
+		}
+		if ref, err := sim.Ref("octo", "demo", "heads/victim"); err != nil || ref != base {
+			t.Errorf("victim branch = %q, %v", ref, err)
+		}
+		if eff := sim.Effects()[before:]; len(eff) != 0 {
+			t.Errorf("mutations made: %+v", eff)
+		}
+	})
+	t.Run("question mark", func(t *testing.T) {
+		for _, l := range []string{"ready", "ready?"} {
+			if err := sim.AddLabel("octo", "demo", 12, l, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := remove(t, "ready?"); err != nil {
+			t.Fatal(err)
+		}
+		if got := labels(); !slices.Contains(got, "ready") || slices.Contains(got, "ready?") {
+			t.Errorf("labels after removing %q: %v", "ready?", got)
+		}
+	})
+	t.Run("percent", func(t *testing.T) {
+		if err := sim.AddLabel("octo", "demo", 12, "50%", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := remove(t, "50%"); err != nil {
+			t.Fatalf("%v (%+v)", err, Classify(err, time.Now()))
+		}
+		if got := labels(); slices.Contains(got, "50%") {
+			t.Errorf("labels: %v", got)
+		}
+	})
+}
+
+// The path remove_label asks for, byte for byte: parts escaped, slashes
+// kept (GitHub does not find "kind/bug" sent as kind%2Fbug).
+func TestRemoveLabelPath(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		uris []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			mu.Lock()
+			uris = append(uris, r.RequestURI)
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`[]`))
+	}))
+	t.Cleanup(srv.Close)
+	c := github.NewClient(srv.Client())
+	c.BaseURL, _ = url.Parse(srv.URL + "/api/v3/")
+	for label, want := range map[string]string{
+		"kind/bug":     "/api/v3/repos/octo/demo/issues/12/labels/kind/bug",
+		"ready?":       "/api/v3/repos/octo/demo/issues/12/labels/ready%3F",
+		"50%":          "/api/v3/repos/octo/demo/issues/12/labels/50%25",
+		"help wanted":  "/api/v3/repos/octo/demo/issues/12/labels/help%20wanted",
+		"#1 ..x":       "/api/v3/repos/octo/demo/issues/12/labels/%231%20..x",
+		"status:stale": "/api/v3/repos/octo/demo/issues/12/labels/status:stale",
+	} {
+		mu.Lock()
+		uris = nil
+		mu.Unlock()
+		tg := schema.Target{Owner: "octo", Repo: "demo", Number: 12}
+		if _, _, err := (removeLabelAction{}).do(context.Background(), c, &schema.Record{}, tg, &schema.RemoveLabelPayload{Label: label}); err != nil {
+			t.Fatalf("%q: %v", label, err)
+		}
+		mu.Lock()
+		if len(uris) != 1 || uris[0] != want {
+			t.Errorf("%q: DELETE %v, want %s", label, uris, want)
+		}
+		mu.Unlock()
+	}
+}
+
+// A comment carrying the operation's marker counts only when the App
+// posted it: anyone who can comment could copy the marker.
+func TestCommentProbeTrustsOnlyTheApp(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c, err := gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withApp(context.Background(), gh.identity)
+	rec, tg, p := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"body":"hello"}`)
+	a := actions[rec.Action]
+	if _, err := sim.AddComment("octo", "demo", 11, "forged\n\n"+CommentMarker(rec.OperationID), "mallory"); err != nil {
+		t.Fatal(err)
+	}
+	if done, _, _, err := a.probe(ctx, c, rec, tg, p); err != nil || done {
+		t.Fatalf("probe with a person's copy of the marker = %v, %v", done, err)
+	}
+	res, _, err := a.do(ctx, c, rec, tg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, pres, _, err := a.probe(ctx, c, rec, tg, p)
+	if err != nil || !done || pres.(commentResult).CommentID != res.(commentResult).CommentID {
+		t.Fatalf("probe after the App's comment = %v %+v, %v (posted %+v)", done, pres, err, res)
+	}
+	// Another App's bot is not baton's App.
+	is, _ := sim.Issue("octo", "demo", 11)
+	for _, cm := range is.Comments {
+		if strings.Contains(cm.Body, "hello") && (!cm.ByApp || !strings.HasSuffix(cm.User, "[bot]")) {
+			t.Errorf("the App's comment as the simulator shows it: %+v", cm)
+		}
+	}
+	other := withApp(context.Background(), func(context.Context) (appIdentity, error) {
+		return appIdentity{ID: 999, Slug: "someone-else"}, nil
+	})
+	if done, _, _, err := a.probe(other, c, rec, tg, p); err != nil || done {
+		t.Errorf("probe for another App = %v, %v", done, err)
+	}
 }

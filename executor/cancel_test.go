@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v62/github"
+
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
 )
@@ -109,8 +111,14 @@ func TestCancelPickedUpAfterAmbiguousFailureProbesFirst(t *testing.T) {
 	rec := s.submit(t, "cancel-requeued", schema.ActionComment, issue(10), `{"body":"maybe"}`)
 	waitForNextAttempt(t, s, rec.OperationID)
 	// The 503 did not apply the comment, but GitHub can apply a request and
-	// still answer 5xx: put the operation's comment there, as if it had.
-	if _, err := s.sim.AddComment("octo", "demo", 10, "maybe\n\n"+CommentMarker(rec.OperationID), ""); err != nil {
+	// still answer 5xx: put the operation's comment there, as if it had
+	// (posted by the App: the probe trusts no one else's).
+	c, err := s.gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "maybe\n\n" + CommentMarker(rec.OperationID)
+	if _, _, err := c.Issues.CreateComment(context.Background(), "octo", "demo", 10, &github.IssueComment{Body: &body}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.exec.Cancel(context.Background(), rec.OperationID); err != nil {

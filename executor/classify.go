@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -91,7 +93,20 @@ func Classify(err error, now time.Time) Classification {
 	case errors.As(err, &ghi) && ghi.Response != nil:
 		// Exchanging the App's JWT for an installation token failed.
 		c := Classification{Status: ghi.Response.StatusCode, RequestID: requestID(ghi.Response), Message: "installation token: " + ghi.Response.Status}
+		h := ghi.Response.Header
 		switch s := ghi.Response.StatusCode; {
+		case s == http.StatusForbidden && h.Get("X-Ratelimit-Remaining") == "0":
+			// The App's own budget (the JWT's) is spent: wait for the
+			// reset, as for a 429 with the same header. No token was
+			// issued, so nothing was applied.
+			tooManyRequests(&c, h, now)
+		case s == http.StatusForbidden && (h.Get("Retry-After") != "" || secondaryBody(ghi.Response)):
+			// A secondary rate limit met by the exchange.
+			c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
+			c.Wait = retryAfter(h)
+			if c.Wait <= 0 {
+				c.Wait = DefaultSecondaryWait
+			}
 		case s == http.StatusNotFound || s == http.StatusForbidden || s == http.StatusUnauthorized:
 			// Removed or suspended installation, or the App lost access.
 			c.Category = CategoryInstallationUnavailable
@@ -215,9 +230,31 @@ func tooManyRequests(c *Classification, h http.Header, now time.Time) {
 	}
 }
 
-func isSecondaryMessage(ere *github.ErrorResponse) bool {
-	m := strings.ToLower(ere.Message)
+func isSecondaryMessage(ere *github.ErrorResponse) bool { return secondaryText(ere.Message) }
+
+func secondaryText(msg string) bool {
+	m := strings.ToLower(msg)
 	return strings.Contains(m, "secondary rate limit") || strings.Contains(m, "abuse detection")
+}
+
+// secondaryBody reports whether the body of a failed token exchange (left
+// open by ghinstallation for its caller) says a secondary rate limit. It
+// reads at most 64 KiB, closes the body and puts what it read back, so
+// that the response can be classified again.
+func secondaryBody(r *http.Response) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	var body struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Message != "" {
+		return secondaryText(body.Message)
+	}
+	return secondaryText(string(b))
 }
 
 // retryAfter reads Retry-After as seconds (GitHub sends an integer).

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,13 @@ func resp(status int, headers ...string) *http.Response {
 		h.Set(headers[i], headers[i+1])
 	}
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Header: h}
+}
+
+// withBody gives r a body (ghinstallation leaves a failed exchange's body
+// open for its caller).
+func withBody(r *http.Response, body string) *http.Response {
+	r.Body = io.NopCloser(strings.NewReader(body))
+	return r
 }
 
 // syntheticResp is the response go-github makes up when it refuses to
@@ -114,6 +122,22 @@ func TestClassify(t *testing.T) {
 			CategoryRateLimited, true, false, true, DefaultSecondaryWait, 429},
 		{"403 suspended (token issued before)", errResp(403, "This installation has been suspended"),
 			CategoryInstallationUnavailable, false, false, false, 0, 403},
+		// A token exchange refused for a rate limit: wait and retry, it is
+		// not the installation going away.
+		{"installation token 403 primary limit", &ghinstallation.HTTPError{Message: "x",
+			Response: resp(403, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10))},
+			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 403},
+		{"installation token 429 primary limit", &ghinstallation.HTTPError{Message: "x",
+			Response: resp(429, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10))},
+			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 429},
+		{"installation token 403 secondary limit (body)", &ghinstallation.HTTPError{Message: "x",
+			Response: withBody(resp(403), `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}`)},
+			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
+		{"installation token 403 secondary limit (Retry-After)", &ghinstallation.HTTPError{Message: "x", Response: resp(403, "Retry-After", "7")},
+			CategorySecondaryRateLimit, true, false, true, 7 * time.Second, 403},
+		{"installation token 403 other body", &ghinstallation.HTTPError{Message: "x",
+			Response: withBody(resp(403), `{"message":"This installation has been suspended"}`)},
+			CategoryInstallationUnavailable, false, false, false, 0, 403},
 		{"installation token 500", &ghinstallation.HTTPError{Message: "x", Response: resp(500)},
 			CategoryServerError, true, false, false, 0, 500},
 		{"installation token network", &ghinstallation.HTTPError{Message: "x", RootCause: urlErr(io.EOF)},
@@ -122,6 +146,9 @@ func TestClassify(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := Classify(c.err, now)
+		if again := Classify(c.err, now); again != got {
+			t.Errorf("%s: classified twice: %+v then %+v", c.name, got, again)
+		}
 		if got.Category != c.category || got.Retryable != c.retryable || got.Ambiguous != c.ambiguous ||
 			got.PauseInstallation != c.pause || got.Wait != c.wait || got.Status != c.status {
 			t.Errorf("%s: got %+v\nwant category=%s retryable=%v ambiguous=%v pause=%v wait=%v status=%d",

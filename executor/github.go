@@ -2,6 +2,7 @@ package executor
 
 import (
 	"cmp"
+	"context"
 	"crypto/rsa"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ type GitHubClients struct {
 
 	mu      sync.Mutex
 	clients map[int64]*github.Client
+	slug    string // the App's slug, once GET /app has told it
 }
 
 // NewGitHubClients checks cfg (the private key among it) and returns the
@@ -155,6 +157,28 @@ func (g *GitHubClients) Installation(id int64) (*github.Client, error) {
 	c := g.newClient(itr)
 	g.clients[id] = c
 	return c, nil
+}
+
+// identity returns the App's ID and slug: what the comments it posts are
+// attributed to (the bot account "<slug>[bot]"). The slug is asked of
+// GitHub (GET /app, as the App) the first time and remembered.
+func (g *GitHubClients) identity(ctx context.Context) (appIdentity, error) {
+	g.mu.Lock()
+	slug := g.slug
+	g.mu.Unlock()
+	if slug == "" {
+		a, _, err := g.app.Apps.Get(ctx, "")
+		if err != nil {
+			return appIdentity{}, err
+		}
+		if slug = a.GetSlug(); slug == "" {
+			return appIdentity{}, errors.New("executor: GET /app named no slug")
+		}
+		g.mu.Lock()
+		g.slug = slug
+		g.mu.Unlock()
+	}
+	return appIdentity{ID: g.appID, Slug: slug}, nil
 }
 
 // Timeout is the bound the executor puts on each call.

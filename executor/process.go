@@ -363,6 +363,13 @@ type runner struct {
 	// start was saved ahead of its call (see process) and that has not
 	// been made yet.
 	started bool
+	// refused is set when a call was refused for good (not retryable) after
+	// an earlier attempt of the operation that may have been applied: the
+	// refusal may be GitHub answering an effect that is already there (a
+	// merge that went through after its call timed out and after a probe
+	// missed it), so the loop probes once more and fails with this only if
+	// the probe finds nothing.
+	refused *Classification
 }
 
 // unstart takes back an attempt recorded ahead of a call that is not
@@ -422,6 +429,9 @@ func (r *runner) loop() Result {
 			// loop again, so that a cancellation or a stop that came
 			// meanwhile is seen before a new call.
 			probe = false
+			if cl := r.refused; cl != nil {
+				return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message)
+			}
 			continue
 		}
 		if !r.started && r.rec.Attempts >= r.rec.MaxAttempts {
@@ -480,7 +490,7 @@ func (r *runner) boundary() (Result, bool) {
 // probeOwed reports whether the last attempt may have been applied without
 // baton knowing (see lastAttemptAmbiguous) and the action can check it.
 func (r *runner) probeOwed() bool {
-	return !r.started && lastAttemptAmbiguous(r.rec) && hasProbe(actions[r.rec.Action])
+	return !r.started && (lastAttemptAmbiguous(r.rec) || r.refused != nil) && hasProbe(actions[r.rec.Action])
 }
 
 // wait sleeps d unless the operation is cancelled, the lease lost or the
@@ -541,7 +551,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	}
 	start := r.e.now()
 	ctx, cancel := r.e.callCtx(r.ctx, r.parent)
-	isDone, result, resp, err := act.probe(ctx, r.client, r.rec, r.target, r.payload)
+	isDone, result, resp, err := act.probe(withApp(ctx, r.e.gh.identity), r.client, r.rec, r.target, r.payload)
 	cancel()
 	if err != nil && r.parent.Err() != nil {
 		return r.interrupted("probe"), true, false
@@ -619,7 +629,9 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	ctx, cancel := e.callCtx(r.ctx, r.parent)
 	// An action that reads before it mutates checks the lease again
 	// immediately before the mutating call.
-	result, resp, err := act.do(withGuard(ctx, r.lease.AssertOwned), r.client, r.rec, r.target, r.payload)
+	// One that must make something durable first (update_ref's ref
+	// before a forced update) saves the record, fenced.
+	result, resp, err := act.do(withSave(withGuard(ctx, r.lease.AssertOwned), r.saveFenced), r.client, r.rec, r.target, r.payload)
 	cancel()
 	paced()
 	if err != nil && r.parent.Err() != nil {
@@ -654,6 +666,15 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		e.pauses.set(r.inst, e.now().Add(cl.Wait))
 	}
 	if !cl.Retryable {
+		if hasProbe(act) && appliedBefore(r.rec) {
+			// An earlier attempt may have been applied after all (GitHub
+			// finishing a timed-out merge, a 202's background update):
+			// a refusal now (405 already merged, 422, a conflict) may be
+			// that effect. The loop probes first; it fails with this
+			// only if the probe finds nothing.
+			r.refused = &cl
+			return Result{}, false, true
+		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
 	long := cl.Wait > e.cfg.MaxInlineWait
@@ -827,6 +848,29 @@ func lastAttemptAmbiguous(rec *schema.Record) bool {
 			return true
 		}
 		return false
+	}
+	return false
+}
+
+// appliedBefore reports whether an attempt before the last one may have
+// been applied without baton knowing (no recorded end, or an ambiguous
+// failure), whatever probes found since: an effect can land after the
+// probe that looked for it.
+func appliedBefore(rec *schema.Record) bool {
+	if len(rec.AttemptLog) == 0 {
+		return false
+	}
+	for _, a := range rec.AttemptLog[:len(rec.AttemptLog)-1] {
+		if a.Probe {
+			continue
+		}
+		if a.EndedAt.IsZero() {
+			return true
+		}
+		switch a.ErrorCategory {
+		case CategoryNetwork, CategoryTimeout, CategoryServerError:
+			return true
+		}
 	}
 	return false
 }

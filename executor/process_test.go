@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -700,5 +703,147 @@ func TestHandoffNudgesTheNextWhenStoppingOrOff(t *testing.T) {
 				t.Fatalf("Process = %v %v", r, r.Err)
 			}
 		})
+	}
+}
+
+// frontProxy stands in front of the simulator and lets a test step in:
+// hook sees each request first and may answer it itself (true).
+func frontProxy(hook func(w http.ResponseWriter, r *http.Request, next http.Handler) bool) func(testing.TB, string) string {
+	return func(t testing.TB, target string) string {
+		t.Helper()
+		u, err := url.Parse(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := httputil.NewSingleHostReverseProxy(u)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !hook(w, r, rp) {
+				rp.ServeHTTP(w, r)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+}
+
+// A forced update_ref whose first attempt was applied but answered with a
+// 502, after which someone pushed on top: the retry must not force the
+// ref back over that push.
+func TestForcedUpdateRefRetryKeepsALaterPush(t *testing.T) {
+	t.Parallel()
+	var (
+		simP   atomic.Pointer[ghsim.Sim]
+		pushed atomic.Value // the sha pushed on top
+		once   sync.Once
+	)
+	s := newStack(t, stackOptions{front: frontProxy(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if r.Method != http.MethodPatch || !strings.HasSuffix(r.URL.Path, "/git/refs/heads/release") {
+			return false
+		}
+		hit := false
+		once.Do(func() { hit = true })
+		if !hit {
+			return false
+		}
+		// Applied on GitHub; then someone pushes on top; the caller sees
+		// a 502.
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		sim := simP.Load()
+		applied, _ := sim.Ref("octo", "demo", "heads/release")
+		top, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{applied}, Message: "pushed on top"})
+		if err == nil {
+			err = sim.SetRef("octo", "demo", "heads/release", top, "")
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		pushed.Store(top)
+		w.WriteHeader(http.StatusBadGateway)
+		return true
+	})})
+	simP.Store(s.sim)
+	base, _ := s.sim.Ref("octo", "demo", "heads/main")
+	if err := s.sim.SetRef("octo", "demo", "heads/release", base, ""); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := s.sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "ours"})
+	rec := s.submit(t, "forced", schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/demo:heads/release"},
+		`{"sha":"`+next+`","force":true}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	top, _ := pushed.Load().(string)
+	if top == "" {
+		t.Fatal("the proxy saw no forced update")
+	}
+	if ref, _ := s.sim.Ref("octo", "demo", "heads/release"); ref != top {
+		t.Errorf("release = %s: the push on top (%s) was undone (ours %s)", ref, top, next)
+	}
+	if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryConflict {
+		t.Errorf("status=%s category=%s %s", got.Status, got.LastErrorCategory, got.LastErrorMessage)
+	}
+	if got.RefBeforeSHA != base {
+		t.Errorf("refBeforeSha = %q, want %s", got.RefBeforeSHA, base)
+	}
+}
+
+// A merge whose call failed ambiguously and that GitHub carried out after
+// the probe had looked: the next attempt is refused (405, already merged),
+// and the operation must still be recorded as the success it is.
+func TestRefusalAfterAmbiguousAttemptIsProbed(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		held *http.Request // the first merge, not yet passed on
+		body []byte
+		done bool
+	)
+	s := newStack(t, stackOptions{front: frontProxy(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/pulls/1/merge") && held == nil && !done:
+			// GitHub works on it; the caller's call fails.
+			b, _ := io.ReadAll(r.Body)
+			held, body = r.Clone(context.WithoutCancel(r.Context())), b
+			w.WriteHeader(http.StatusBadGateway)
+			return true
+		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pulls/1") && held != nil:
+			// The probe sees the pull request still open; the merge lands
+			// right after.
+			next.ServeHTTP(w, r)
+			held.Body = io.NopCloser(bytes.NewReader(body))
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, held)
+			if rec.Code != http.StatusOK {
+				t.Errorf("held merge: %d %s", rec.Code, rec.Body)
+			}
+			held, done = nil, true
+			return true
+		}
+		return false
+	})})
+	head := ghsim.DemoHeadSHA(1)
+	rec := s.submit(t, "late-merge", schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/demo#1"}, `{"sha":"`+head+`"}`)
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	mu.Lock()
+	landed := done
+	mu.Unlock()
+	if !landed {
+		t.Fatal("the held merge never landed")
+	}
+	if pr, _ := s.sim.Pull("octo", "demo", 1); !pr.Merged {
+		t.Fatal("pull request not merged")
+	}
+	if got.Status != schema.StatusSucceeded {
+		t.Fatalf("status=%s %s %s log=%+v", got.Status, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
+	}
+	var probes int
+	for _, a := range got.AttemptLog {
+		if a.Probe {
+			probes++
+		}
+	}
+	if got.Attempts != 2 || probes != 2 {
+		t.Errorf("attempts=%d probes=%d log=%+v", got.Attempts, probes, got.AttemptLog)
 	}
 }

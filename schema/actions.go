@@ -143,6 +143,14 @@ func validLabel(l, field string) error {
 			return Invalidf("%s: a label name has no control characters", field)
 		}
 	}
+	// remove_label puts the name in the URL path, where GitHub takes a
+	// slash as is ("kind/bug"): a part that is "." or ".." would be read
+	// as a relative path and name another resource.
+	for _, part := range strings.Split(l, "/") {
+		if part == "." || part == ".." {
+			return Invalidf(`%s: a label name cannot be "." or "..", nor have such a part between slashes`, field)
+		}
+	}
 	return nil
 }
 

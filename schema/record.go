@@ -43,6 +43,13 @@ type Record struct {
 	CancellationRequested bool            `json:"cancellationRequested"`
 	Result                json.RawMessage `json:"result,omitempty"`
 	AttemptLog            []Attempt       `json:"attemptLog,omitempty"`
+	// RefBeforeSHA is where the ref pointed before the first attempt of a
+	// forced github.git.update_ref without expectedSha, saved before that
+	// attempt's update was sent. Later attempts update only if the ref is
+	// still there (or already at sha): an earlier attempt that was applied
+	// unseen, followed by someone else's push, must not be undone. Kept in
+	// the stored record only (not in View).
+	RefBeforeSHA string `json:"refBeforeSha,omitempty"`
 
 	// DispatchedAt is when the operation was last handed to the queue and
 	// acknowledged by it; nil until then. The queue's reconciler republishes

@@ -104,6 +104,23 @@ func TestSubmissionValidate(t *testing.T) {
 		{"label too long", func(s *Submission) {
 			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"`+strings.Repeat("l", 51)+`"}`)
 		}, CodeInvalidRequest, "label"},
+		// remove_label puts the name in the URL path (slashes as they
+		// are): a "." or ".." part would name another resource.
+		{"label dot-dot", func(s *Submission) {
+			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":".."}`)
+		}, CodeInvalidRequest, "label"},
+		{"label dot", func(s *Submission) {
+			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"."}`)
+		}, CodeInvalidRequest, "label"},
+		{"label traversal", func(s *Submission) {
+			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"../../../git/refs/heads/victim"}`)
+		}, CodeInvalidRequest, "label"},
+		{"labels with a dot-dot part", func(s *Submission) {
+			s.Action, s.Payload = ActionAddLabels, json.RawMessage(`{"labels":["ok","kind/../x"]}`)
+		}, CodeInvalidRequest, "labels"},
+		{"label with URL characters ok", func(s *Submission) {
+			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"ready? 50% #1 kind/bug ...x"}`)
+		}, "", ""},
 		{"update branch ok", func(s *Submission) {
 			s.Action, s.Resource = ActionUpdateBranch, Resource{ResourcePullRequest, "octo/app#4"}
 			s.Payload = json.RawMessage(`{"expectedHeadSha":"` + sha + `"}`)
@@ -246,7 +263,10 @@ func TestParseResourceKey(t *testing.T) {
 			t.Errorf("ParseResourceKey(%q) = %+v, %v; want %+v", key, got, err, want)
 		}
 	}
-	for _, key := range []string{"", "issue", ":x", "issue:", "widget:a/b", "issue:a/b#x", "commit:a/b@ABC", "ref:a/b:heads/", "ref:a/b:heads/x.lock"} {
+	for _, key := range []string{"", "issue", ":x", "issue:", "widget:a/b", "issue:a/b#x", "commit:a/b@ABC", "ref:a/b:heads/", "ref:a/b:heads/x.lock",
+		// Ref names go into URL paths (segment by segment, escaped): no
+		// dot segments, no '?' or spaces.
+		"ref:a/b:heads/..", "ref:a/b:heads/../../issues", "ref:a/b:heads/./x", "ref:a/b:heads/x/.", "ref:a/b:heads/a?b", "ref:a/b:heads/a b", "ref:a/b:heads/a\\b", "ref:../b:heads/x", "ref:a/..:heads/x"} {
 		if _, _, err := ParseResourceKey(key); err == nil || ErrorCode(err) != CodeInvalidRequest {
 			t.Errorf("ParseResourceKey(%q) = %v, want invalid_request", key, err)
 		}

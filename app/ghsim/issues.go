@@ -281,7 +281,7 @@ func (s *Sim) issueRoutes() []*route {
 		{method: "POST", pattern: "/repos/{owner}/{repo}/issues/{number}/comments", auth: authInstallation, creates: true, perms: write, handle: s.createComment},
 		{method: "GET", pattern: "/repos/{owner}/{repo}/issues/{number}/labels", auth: authInstallation, perms: read, handle: s.listLabels},
 		{method: "POST", pattern: "/repos/{owner}/{repo}/issues/{number}/labels", auth: authInstallation, creates: true, perms: write, handle: s.addLabels},
-		{method: "DELETE", pattern: "/repos/{owner}/{repo}/issues/{number}/labels/{name}", auth: authInstallation, creates: true, perms: write, handle: s.removeLabel},
+		{method: "DELETE", pattern: "/repos/{owner}/{repo}/issues/{number}/labels/{name...}", auth: authInstallation, creates: true, perms: write, handle: s.removeLabel},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v62/github"
 )
 
@@ -112,5 +113,36 @@ func TestLabels(t *testing.T) {
 	want := "[issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#11]"
 	if fmt.Sprint(resources) != want {
 		t.Errorf("effects on %v, want %s", resources, want)
+	}
+}
+
+// A label name with a slash is removed by its name sent with the slash as
+// is, as GitHub takes it (the rest of the name escaped). GitHub's own
+// description has the name as one path segment, so these requests are not
+// checked against it.
+func TestLabelNameWithSlash(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	itr, err := ghinstallation.New(e.tr, e.sim.AppID(), 1, e.sim.PrivateKeyPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	itr.BaseURL = e.sim.URL()
+	cl := e.gh(itr)
+	if _, _, err := cl.Issues.AddLabelsToIssue(c, "octo", "demo", 10, []string{"kind/bug", "kind/bug?", "kind"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"kind/bug%3F", "kind/bug"} {
+		req, err := cl.NewRequest("DELETE", "repos/octo/demo/issues/10/labels/"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Do(c, req, nil); err != nil {
+			t.Errorf("remove %s: %v", path, err)
+		}
+	}
+	if is, _ := e.sim.Issue("octo", "demo", 10); fmt.Sprint(is.Labels) != "[kind]" {
+		t.Errorf("labels left: %v, want [kind]", is.Labels)
 	}
 }
