@@ -265,7 +265,12 @@ func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Rec
 			return false, nil, resp, err
 		}
 		for _, cm := range cms {
-			if !strings.Contains(cm.GetBody(), marker) {
+			// since selects by update time: a comment created before it
+			// and edited since is listed too. It cannot be this
+			// operation's, but it can carry its marker: the comment of an
+			// operation of the same ID, made with the same key before
+			// retention deleted its record.
+			if !strings.Contains(cm.GetBody(), marker) || cm.GetCreatedAt().Before(since) {
 				continue
 			}
 			// Anyone who can comment can copy the marker: only the

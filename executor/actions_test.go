@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -339,5 +340,44 @@ func TestCommentProbeTrustsOnlyTheApp(t *testing.T) {
 	})
 	if done, _, _, err := a.probe(other, c, rec, tg, p); err != nil || done {
 		t.Errorf("probe for another App = %v, %v", done, err)
+	}
+}
+
+// The comment probe lists by update time: a comment created before the
+// operation and edited since is listed, and may carry the marker of an
+// earlier operation of the same ID (same actor and key, its record
+// deleted by retention). It is not this operation's effect.
+func TestCommentProbeSkipsOlderComments(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	rec, tg, p := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"body":"hello"}`)
+	rec.CreatedAt = created
+	comment := func(at time.Time) string {
+		return fmt.Sprintf(`{"id":7,"body":%q,"user":{"login":"baton[bot]","type":"Bot"},"created_at":%q,"updated_at":%q}`,
+			"hello\n\n"+CommentMarker(rec.OperationID), at.Format(time.RFC3339), created.Add(time.Hour).Format(time.RFC3339))
+	}
+	var listed string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("[" + listed + "]"))
+	}))
+	t.Cleanup(srv.Close)
+	c := github.NewClient(srv.Client())
+	c.BaseURL, _ = url.Parse(srv.URL + "/api/v3/")
+	ctx := withApp(context.Background(), func(context.Context) (appIdentity, error) { return appIdentity{ID: 1, Slug: "baton"}, nil })
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		want bool
+	}{
+		{"made a day before the operation, edited since", created.Add(-24 * time.Hour), false},
+		{"made after the operation", created.Add(time.Minute), true},
+		{"made within the clock-skew margin", created.Add(-5 * time.Minute), true},
+	} {
+		listed = comment(tc.at)
+		done, _, _, err := actions[rec.Action].probe(ctx, c, rec, tg, p)
+		if err != nil || done != tc.want {
+			t.Errorf("%s: probe = %v, %v; want %v", tc.name, done, err, tc.want)
+		}
 	}
 }

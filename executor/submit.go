@@ -25,7 +25,9 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 		return nil, err
 	}
 	s.Resource = res
-	payload, err := schema.Canonical(s.Payload)
+	// The payload as decoded, so that a field left out and the same field
+	// given empty or null make one request, not an idempotency conflict.
+	payload, err := schema.CanonicalPayload(s.Action, s.Payload)
 	if err != nil {
 		return nil, err
 	}

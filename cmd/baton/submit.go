@@ -36,10 +36,10 @@ func newSubmitCmd() *cobra.Command {
 the operation: its ID, status, action and resource.
 
 The idempotency key (--key) names the operation together with your token's
-actor: submitting the same key with the same input again returns the
-existing operation (exit 0; "existing operation" on stderr, also with
---json), and the same key with other input is refused
-(idempotency_conflict). Without --key a random key is generated
+actor: submitting the same key with the same input (action, resource and
+payload) again returns the existing operation as it was submitted first
+(exit 0; "existing operation" on stderr, also with --json), and the same
+key with other input is refused (idempotency_conflict). Without --key a random key is generated
 and printed on stderr; scripts that may retry should always pass --key.
 
 The payload is JSON, given inline, as @FILE, or @- for stdin.
@@ -123,7 +123,7 @@ func runSubmit(ctx context.Context, o *submitOptions, stdin io.Reader, stdout, s
 	}
 	if !created {
 		// On stderr also with --json: stdout keeps the operation's shape.
-		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same input")
+		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same action, resource and payload")
 	}
 	if o.wait.set {
 		if op, err = c.Wait(ctx, op.OperationID, o.wait.d); err != nil {

@@ -1,0 +1,53 @@
+package executor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/schema"
+)
+
+// An optional payload field left out, given as null or as its zero value
+// is one request: one idempotency hash, one stored payload.
+func TestHashIgnoresAbsentOptionalFields(t *testing.T) {
+	t.Parallel()
+	sha := strings.Repeat("a", 40)
+	for _, c := range []struct {
+		action string
+		res    schema.Resource
+		same   []string
+	}{
+		{schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/app#1"}, []string{
+			`{"sha":"` + sha + `"}`, `{"sha":"` + sha + `","method":null}`, `{"sha":"` + sha + `","method":""}`,
+			`{"commitTitle":"","sha":"` + sha + `","commitMessage":null}`}},
+		{schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/app:heads/main"}, []string{
+			`{"sha":"` + sha + `"}`, `{"sha":"` + sha + `","force":false}`, `{"sha":"` + sha + `","expectedSha":""}`}},
+		{schema.ActionCreateStatus, schema.Resource{Type: "commit", ID: "octo/app@" + sha}, []string{
+			`{"state":"success","context":"ci"}`, `{"state":"success","context":"ci","description":"","targetUrl":null}`}},
+	} {
+		var want *schema.Record
+		for _, p := range c.same {
+			rec, err := NewRecord("alice", schema.Submission{IdempotencyKey: "k", Action: c.action, Resource: c.res, Payload: []byte(p)}, time.Now())
+			if err != nil {
+				t.Fatalf("%s %s: %v", c.action, p, err)
+			}
+			if want == nil {
+				want = rec
+				continue
+			}
+			if rec.IdempotencyHash != want.IdempotencyHash || string(rec.Payload) != string(want.Payload) {
+				t.Errorf("%s: %s hashes to %.12s (stored %s), not %.12s (stored %s)", c.action, p, rec.IdempotencyHash, rec.Payload,
+					want.IdempotencyHash, want.Payload)
+			}
+		}
+	}
+	// Different input still differs.
+	a, _ := NewRecord("alice", schema.Submission{IdempotencyKey: "k", Action: schema.ActionMerge,
+		Resource: schema.Resource{Type: "pull_request", ID: "octo/app#1"}, Payload: []byte(`{"sha":"` + sha + `"}`)}, time.Now())
+	b, _ := NewRecord("alice", schema.Submission{IdempotencyKey: "k", Action: schema.ActionMerge,
+		Resource: schema.Resource{Type: "pull_request", ID: "octo/app#1"}, Payload: []byte(`{"sha":"` + sha + `","method":"squash"}`)}, time.Now())
+	if a == nil || b == nil || a.IdempotencyHash == b.IdempotencyHash {
+		t.Error("a merge and a squash hash alike")
+	}
+}
