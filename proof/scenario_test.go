@@ -514,6 +514,7 @@ func formatReport(sc scenario, seed uint64, f *findings, events []disruption, pr
 		len(f.duplicates), f.mergedOnce, fixturePulls, f.refUpdates, f.comments, f.labelOps)
 	row("disagreements", "%d (GitHub's state against each record's outcome; %d failed operations whose last probe could not read GitHub, either state allowed)", len(f.disagree), len(f.undetermined))
 	row("overlaps", "%d (%d mutating calls on the 50 resources)", len(f.overlaps), f.effects)
+	row("out of order", "%d (resources whose effects were applied against their operations' submission order)", len(f.outOfOrder))
 	row("leases held", "%d (every lease in the database; %d expired, not yet force-released)", len(f.leasesHeld), f.leasesExpired)
 	row("dead letters", "%d", len(f.deadLetters))
 	settledWord := "settled"

@@ -36,6 +36,7 @@ type findings struct {
 	duplicates   []string
 	disagree     []string // GitHub and the record tell different stories
 	overlaps     []string
+	outOfOrder   []string // effects on a resource applied against its submission order
 	leasesHeld   []string
 	// leasesExpired counts the leases whose holder stopped renewing them
 	// (killed) and which nobody has force-released or taken over yet:
@@ -355,6 +356,161 @@ func verify(ctx context.Context, sim *ghsim.Sim, fx *fixture, admin *client.Clie
 			f.disagree = append(f.disagree, fmt.Sprintf("branch %s points at %s (%v); its last succeeded update was step %d (%s)", b.name, sha, err, last, b.chain[last]))
 		}
 	}
+	// Commit statuses: for each commit and context, the latest status is
+	// the one the last succeeded operation of that context set, with its
+	// state — or one a later operation that may have been applied set (a
+	// status has no probe: an attempt that ended ambiguously may have been
+	// applied whatever its record's outcome).
+	for _, c := range fx.commits {
+		res := fmt.Sprintf("commit:%s@%s", repo, c)
+		sts, err := sim.Statuses(fixtureOwner, fixtureRepo, c) // newest first
+		if err != nil {
+			f.violate("commit %s: %v", c, err)
+			continue
+		}
+		latest := map[string]ghsim.StatusInfo{}
+		for i := len(sts) - 1; i >= 0; i-- {
+			latest[sts[i].Context] = sts[i]
+		}
+		type setter struct {
+			a  *accepted
+			pl schema.CreateStatusPayload
+		}
+		byContext := map[string][]setter{}
+		for _, a := range accByRes[res] {
+			var pl schema.CreateStatusPayload
+			if a.op.action != schema.ActionCreateStatus || json.Unmarshal(a.op.payload, &pl) != nil {
+				continue
+			}
+			byContext[pl.Context] = append(byContext[pl.Context], setter{a, pl})
+		}
+		for ctxName, list := range byContext {
+			last := -1
+			for i, s := range list {
+				if succeeded(s.a) {
+					last = i
+				}
+			}
+			st, ok := latest[ctxName]
+			var allowed []setter
+			if last >= 0 {
+				allowed = append(allowed, list[last])
+			}
+			for _, s := range list[last+1:] {
+				if mayHaveApplied(views[s.a.op.seq]) {
+					allowed = append(allowed, s)
+				}
+			}
+			good := !ok && last < 0
+			for _, s := range allowed {
+				if ok && st.Description == s.pl.Description && st.State == s.pl.State {
+					good = true
+				}
+			}
+			if !good {
+				want := "none"
+				if last >= 0 {
+					want = fmt.Sprintf("%s (%q, operation %s)", list[last].pl.State, list[last].pl.Description, list[last].a.id)
+				}
+				have := "none"
+				if ok {
+					have = fmt.Sprintf("%s (%q)", st.State, st.Description)
+				}
+				f.disagree = append(f.disagree, fmt.Sprintf("commit %s context %s: latest status %s; the last succeeded operation set %s (%d later ones may have applied)",
+					c[:12], ctxName, have, want, len(allowed)-min(last+1, 1)))
+			}
+		}
+	}
+
+	// Per-resource order: the effects on a resource were applied in the
+	// order its operations were submitted. An effect is tied to its
+	// operation by the request ID its attempt recorded (an answer lost
+	// leaves none), a label removal by its name, a comment by its marker, a
+	// status by its description (the workload's are unique per commit).
+	pos := map[string]int{} // operation ID → position on its resource
+	byRequest := map[string]string{}
+	for _, list := range accByRes {
+		for i, a := range list {
+			pos[a.id] = i
+			if v := views[a.op.seq]; v != nil {
+				for _, at := range v.AttemptLog {
+					if !at.Probe && at.RequestID != "" {
+						byRequest[at.RequestID] = a.id
+					}
+				}
+			}
+		}
+	}
+	inOrder := func(res, what string, ids []string) {
+		for i := 1; i < len(ids); i++ {
+			if pos[ids[i]] < pos[ids[i-1]] {
+				f.outOfOrder = append(f.outOfOrder, fmt.Sprintf("%s: %s of operation %s (submitted #%d on it) applied after that of operation %s (#%d)",
+					res, what, ids[i], pos[ids[i]]+1, ids[i-1], pos[ids[i-1]]+1))
+				return
+			}
+		}
+	}
+	for res, es := range byResource {
+		es = slices.Clone(es)
+		sort.Slice(es, func(i, j int) bool { return es[i].Seq < es[j].Seq })
+		removals := map[string]string{} // label → remove_label operation
+		for _, a := range accByRes[res] {
+			if a.op.action == schema.ActionRemoveLabel {
+				removals[a.op.label] = a.id
+			}
+		}
+		var ids []string
+		for _, e := range es {
+			id, ok := byRequest[e.RequestID]
+			if !ok && e.Method == "DELETE" && effectKind(e) == "label" {
+				id, ok = removals[e.Path[strings.LastIndex(e.Path, "/")+1:]]
+			}
+			if ok {
+				ids = append(ids, id)
+			}
+		}
+		inOrder(res, "request", ids)
+	}
+	for _, num := range fx.issues {
+		is, err := sim.Issue(fixtureOwner, fixtureRepo, num)
+		if err != nil {
+			continue // reported above
+		}
+		var ids []string
+		for _, c := range is.Comments {
+			if m := markerRE.FindStringSubmatch(c.Body); c.ByApp && m != nil {
+				if _, ok := pos[m[1]]; ok {
+					ids = append(ids, m[1])
+				}
+			}
+		}
+		inOrder(fmt.Sprintf("issue:%s#%d", repo, num), "comment", ids)
+	}
+	for _, c := range fx.commits {
+		res := fmt.Sprintf("commit:%s@%s", repo, c)
+		byDesc := map[string]string{}
+		for _, a := range accByRes[res] {
+			var pl schema.CreateStatusPayload
+			if json.Unmarshal(a.op.payload, &pl) == nil {
+				byDesc[pl.Description] = a.id
+			}
+		}
+		sts, err := sim.Statuses(fixtureOwner, fixtureRepo, c)
+		if err != nil {
+			continue // reported above
+		}
+		var ids []string
+		for i := len(sts) - 1; i >= 0; i-- { // oldest first
+			if id, ok := byDesc[sts[i].Description]; ok {
+				ids = append(ids, id)
+			}
+		}
+		inOrder(res, "status", ids)
+	}
+	for _, o := range f.outOfOrder {
+		f.violate("out of order: %s", o)
+	}
+
 	for _, d := range f.duplicates {
 		f.violate("duplicate: %s", d)
 	}
@@ -414,4 +570,26 @@ func leasesInDatabase(ctx context.Context, db *sqlite.DB) (held []string, expire
 		}
 	}
 	return held, expired, rows.Err()
+}
+
+// mayHaveApplied reports whether an operation that did not succeed may
+// still have had its effect: one of its calls never recorded its end, or
+// ended in a way that says nothing of whether GitHub applied it.
+func mayHaveApplied(v *client.Operation) bool {
+	if v == nil {
+		return false
+	}
+	for _, a := range v.AttemptLog {
+		if a.Probe {
+			continue
+		}
+		if a.EndedAt.IsZero() {
+			return true
+		}
+		switch a.ErrorCategory {
+		case "network", "timeout", "server_error":
+			return true
+		}
+	}
+	return false
 }

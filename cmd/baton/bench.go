@@ -21,6 +21,7 @@ import (
 
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/internal/benchsuite"
+	"github.com/baton-dev/baton/schema"
 )
 
 func init() { register(newBenchCmd) }
@@ -52,11 +53,17 @@ until every accepted operation is terminal. It prints:
 
   submit    accepted operations per second while submitting, and the
             p50/p99/max latency of one submit request (HTTP round trip:
-            authentication, validation, the durable write and the queue);
-  end to end operations per second from the first submit to the last
-            completion (the server's createdAt and completedAt), and the
-            p50/p99 of completedAt − createdAt of each operation;
+            authentication, validation, the durable write and the queue),
+            over every request, the failed ones included;
+  end to end succeeded operations per second from the first submit to the
+            last completion (the server's createdAt and completedAt; failed
+            and cancelled ones are counted beside it, not in it), and the
+            p50/p99 of completedAt − createdAt of each terminal operation;
   outcomes  how many succeeded, failed or were cancelled, and submit errors.
+
+Percentiles are nearest-rank. While waiting, a request that fails in
+transport (or with a 5xx or 429) is tried again a few times before the
+operation is counted unfinished.
 
 By default it comments on issues #10, #11 and #12 of octo/demo, which
 ` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin)
@@ -112,20 +119,27 @@ type BenchReport struct {
 	Action    string `json:"action"`
 	Resources int    `json:"resources"`
 
-	Submitted      int            `json:"submitted"`
-	SubmitErrors   map[string]int `json:"submitErrors"`
-	SubmitSeconds  float64        `json:"submitSeconds"`
-	SubmitPerSec   float64        `json:"submitsPerSecond"`
-	SubmitP50Ms    float64        `json:"submitP50Ms"`
-	SubmitP99Ms    float64        `json:"submitP99Ms"`
-	SubmitMaxMs    float64        `json:"submitMaxMs"`
-	Waited         bool           `json:"waited"`
-	Terminal       int            `json:"terminal"`
-	Outcomes       map[string]int `json:"outcomes"`
-	EndToEndPerSec float64        `json:"endToEndPerSecond"`
-	EndToEndP50Ms  float64        `json:"endToEndP50Ms"`
-	EndToEndP99Ms  float64        `json:"endToEndP99Ms"`
-	Unfinished     int            `json:"unfinished"`
+	Submitted     int            `json:"submitted"`
+	SubmitErrors  map[string]int `json:"submitErrors"`
+	SubmitSeconds float64        `json:"submitSeconds"`
+	SubmitPerSec  float64        `json:"submitsPerSecond"`
+	// The submit latencies are of every request, the failed ones included
+	// (SubmitRequests of them).
+	SubmitRequests int     `json:"submitRequests"`
+	SubmitP50Ms    float64 `json:"submitP50Ms"`
+	SubmitP99Ms    float64 `json:"submitP99Ms"`
+	SubmitMaxMs    float64 `json:"submitMaxMs"`
+	Waited         bool    `json:"waited"`
+	// Terminal counts the operations seen terminal, whatever their outcome
+	// (Outcomes, by status); the end-to-end latencies are theirs.
+	Terminal int            `json:"terminal"`
+	Outcomes map[string]int `json:"outcomes"`
+	// EndToEndPerSec counts succeeded operations only, over the time from
+	// the first one created to the last one completed (of any outcome).
+	EndToEndPerSec float64 `json:"endToEndPerSecond"`
+	EndToEndP50Ms  float64 `json:"endToEndP50Ms"`
+	EndToEndP99Ms  float64 `json:"endToEndP99Ms"`
+	Unfinished     int     `json:"unfinished"`
 }
 
 func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -206,6 +220,7 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 				}
 				t0 := time.Now()
 				op, _, err := c.Submit(ctx, req)
+				myLat = append(myLat, time.Since(t0)) // failed requests too
 				if err != nil {
 					code := client.CodeOf(err)
 					if code == "" {
@@ -217,7 +232,6 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 					myErrs[code]++
 					continue
 				}
-				myLat = append(myLat, time.Since(t0))
 				myIDs = append(myIDs, op.OperationID)
 				done.Add(1)
 			}
@@ -242,6 +256,7 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 		rep.SubmitPerSec = float64(len(ids)) / submitTime.Seconds()
 	}
 	slices.Sort(lat)
+	rep.SubmitRequests = len(lat)
 	rep.SubmitP50Ms, rep.SubmitP99Ms = benchPercentile(lat, 0.50), benchPercentile(lat, 0.99)
 	if len(lat) > 0 {
 		rep.SubmitMaxMs = benchMs(lat[len(lat)-1])
@@ -255,62 +270,41 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 		var (
 			idx        atomic.Int64
 			finished   atomic.Int64
-			e2e        []time.Duration
-			first      time.Time
-			last       time.Time
+			terminal   []benchTerminal
 			unfinished int
 		)
 		prog := newBenchProgress(stderr, "waiting", len(ids), 0)
 		prog.start(func() int64 { return finished.Load() })
 		for range o.clients {
 			wg.Go(func() {
-				var mine []time.Duration
-				outcomes := map[string]int{}
-				var myFirst, myLast time.Time
+				var mine []benchTerminal
 				notDone := 0
 				for {
 					i := idx.Add(1) - 1
 					if i >= int64(len(ids)) {
 						break
 					}
-					op, err := c.Wait(wctx, ids[i], 0)
+					op, err := benchWait(wctx, c.Wait, ids[i], benchWaitTries, benchWaitBackoff)
 					if err != nil || !op.Status.Terminal() || op.CompletedAt == nil {
+						if err != nil && notDone == 0 {
+							prog.note(fmt.Sprintf("wait failed: %v", cliAPIError(err)))
+						}
 						notDone++
 						continue
 					}
-					outcomes[string(op.Status)]++
-					mine = append(mine, op.CompletedAt.Sub(op.CreatedAt))
-					if myFirst.IsZero() || op.CreatedAt.Before(myFirst) {
-						myFirst = op.CreatedAt
-					}
-					if op.CompletedAt.After(myLast) {
-						myLast = *op.CompletedAt
-					}
+					mine = append(mine, benchTerminal{status: string(op.Status), created: op.CreatedAt, completed: *op.CompletedAt})
 					finished.Add(1)
 				}
 				mu.Lock()
-				e2e = append(e2e, mine...)
-				for k, v := range outcomes {
-					rep.Outcomes[k] += v
-				}
-				if !myFirst.IsZero() && (first.IsZero() || myFirst.Before(first)) {
-					first = myFirst
-				}
-				if myLast.After(last) {
-					last = myLast
-				}
+				terminal = append(terminal, mine...)
 				unfinished += notDone
 				mu.Unlock()
 			})
 		}
 		wg.Wait()
 		prog.stop()
-		rep.Terminal, rep.Unfinished = len(e2e), unfinished
-		slices.Sort(e2e)
-		rep.EndToEndP50Ms, rep.EndToEndP99Ms = benchPercentile(e2e, 0.50), benchPercentile(e2e, 0.99)
-		if span := last.Sub(first); span > 0 {
-			rep.EndToEndPerSec = float64(len(e2e)) / span.Seconds()
-		}
+		rep.Unfinished = unfinished
+		rep.endToEnd(terminal)
 	}
 	if o.json {
 		return cliPrintJSON(stdout, rep)
@@ -320,13 +314,81 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 
 func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// benchPercentile returns the p-th percentile of sorted durations, in ms.
+// benchPercentile returns the nearest-rank p-th percentile of sorted
+// durations, in ms (0 for none).
 func benchPercentile(sorted []time.Duration, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
+	return benchMs(benchsuite.Percentile(sorted, p))
+}
+
+// benchTerminal is what the end-to-end figures need of a terminal
+// operation.
+type benchTerminal struct {
+	status             string
+	created, completed time.Time
+}
+
+// endToEnd fills the end-to-end figures from the terminal operations:
+// outcomes, latencies (of all of them) and throughput (of the succeeded
+// ones, over the span from the first created to the last completed).
+func (r *BenchReport) endToEnd(ops []benchTerminal) {
+	r.Terminal = len(ops)
+	e2e := make([]time.Duration, 0, len(ops))
+	var first, last time.Time
+	succeeded := 0
+	for _, op := range ops {
+		r.Outcomes[op.status]++
+		if op.status == string(schema.StatusSucceeded) {
+			succeeded++
+		}
+		e2e = append(e2e, op.completed.Sub(op.created))
+		if first.IsZero() || op.created.Before(first) {
+			first = op.created
+		}
+		if op.completed.After(last) {
+			last = op.completed
+		}
 	}
-	i := int(float64(len(sorted))*p+0.5) - 1
-	return benchMs(sorted[max(0, min(i, len(sorted)-1))])
+	slices.Sort(e2e)
+	r.EndToEndP50Ms, r.EndToEndP99Ms = benchPercentile(e2e, 0.50), benchPercentile(e2e, 0.99)
+	if span := last.Sub(first); span > 0 {
+		r.EndToEndPerSec = float64(succeeded) / span.Seconds()
+	}
+}
+
+// How the wait phase retries a wait that failed in transport (or with a
+// 5xx or 429) before it counts the operation unfinished.
+const (
+	benchWaitTries   = 5
+	benchWaitBackoff = 200 * time.Millisecond
+)
+
+// benchWait waits for operation id with wait, trying again (up to tries
+// times in all, the pause doubling from backoff) when the request failed
+// in a way that may pass: a transport error, a 5xx, a 429. Other errors,
+// and the end of ctx, end it at once.
+func benchWait(ctx context.Context, wait func(context.Context, string, time.Duration) (client.Operation, error), id string, tries int, backoff time.Duration) (client.Operation, error) {
+	for n := 1; ; n++ {
+		op, err := wait(ctx, id, 0)
+		if err == nil || n >= tries || ctx.Err() != nil || !benchTransient(err) {
+			return op, err
+		}
+		select {
+		case <-ctx.Done():
+			return op, err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// benchTransient reports whether a request's error may pass if it is
+// tried again.
+func benchTransient(err error) bool {
+	var ae *client.Error
+	if errors.As(err, &ae) {
+		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, client.ErrInvalidOperationID)
 }
 
 func printBenchReport(w io.Writer, r BenchReport) error {
@@ -342,7 +404,7 @@ func printBenchReport(w io.Writer, r BenchReport) error {
 	slices.Sort(parts)
 	fmt.Fprintf(tw, "submitted\t%d in %.2fs (%d errors%s)\n", r.Submitted, r.SubmitSeconds, errs, benchList(parts))
 	fmt.Fprintf(tw, "submit throughput\t%.0f ops/s\n", r.SubmitPerSec)
-	fmt.Fprintf(tw, "submit latency\tp50 %.2f ms, p99 %.2f ms, max %.2f ms\n", r.SubmitP50Ms, r.SubmitP99Ms, r.SubmitMaxMs)
+	fmt.Fprintf(tw, "submit latency\tp50 %.2f ms, p99 %.2f ms, max %.2f ms (all %d requests, %d failed among them)\n", r.SubmitP50Ms, r.SubmitP99Ms, r.SubmitMaxMs, r.SubmitRequests, errs)
 	if r.Waited {
 		var outs []string
 		for k, n := range r.Outcomes {
@@ -350,10 +412,11 @@ func printBenchReport(w io.Writer, r BenchReport) error {
 		}
 		slices.Sort(outs)
 		fmt.Fprintf(tw, "terminal\t%d of %d%s\n", r.Terminal, r.Submitted, benchList(outs))
-		fmt.Fprintf(tw, "end-to-end throughput\t%.0f ops/s\n", r.EndToEndPerSec)
+		fmt.Fprintf(tw, "end-to-end throughput\t%.0f ops/s succeeded (failed %d, cancelled %d not counted)\n",
+			r.EndToEndPerSec, r.Outcomes[string(schema.StatusFailed)], r.Outcomes[string(schema.StatusCancelled)])
 		fmt.Fprintf(tw, "end-to-end latency\tp50 %.2f ms, p99 %.2f ms\n", r.EndToEndP50Ms, r.EndToEndP99Ms)
 		if r.Unfinished > 0 {
-			fmt.Fprintf(tw, "unfinished\t%d (not terminal within --wait-timeout)\n", r.Unfinished)
+			fmt.Fprintf(tw, "unfinished\t%d (not terminal within --wait-timeout, or waiting kept failing)\n", r.Unfinished)
 		}
 	}
 	return tw.Flush()

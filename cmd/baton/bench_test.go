@@ -1,7 +1,15 @@
 package main
 
 import (
+	"context"
+	"net/url"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/schema"
 )
 
 // bench --payload @- reads the payload from stdin, as submit's does.
@@ -21,5 +29,128 @@ func TestBenchPayloadFromStdin(t *testing.T) {
 	}
 	if r := cliRun(t, `not json`, "bench", "--payload", "@-", "--server", env.URL, "--token", env.alice); r.code != 2 {
 		t.Errorf("bench with a bad payload on stdin: %+v", r)
+	}
+}
+
+// The figures bench prints are nearest-rank percentiles: the p99 of 160
+// latencies is the 159th, not the 158th.
+func TestBenchPercentile(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n        int
+		p50, p99 float64 // ms, with latencies 1..n ms
+	}{
+		{1, 1, 1},
+		{2, 1, 2},
+		{100, 50, 99},
+		{160, 80, 159},
+		{1000, 500, 990},
+	} {
+		sorted := make([]time.Duration, c.n)
+		for i := range sorted {
+			sorted[i] = time.Duration(i+1) * time.Millisecond
+		}
+		if got := benchPercentile(sorted, 0.50); got != c.p50 {
+			t.Errorf("n=%d: p50 %v ms, want %v", c.n, got, c.p50)
+		}
+		if got := benchPercentile(sorted, 0.99); got != c.p99 {
+			t.Errorf("n=%d: p99 %v ms, want %v", c.n, got, c.p99)
+		}
+	}
+	if got := benchPercentile(nil, 0.99); got != 0 {
+		t.Errorf("no latencies: %v", got)
+	}
+}
+
+// End-to-end throughput counts succeeded operations only; the failed and
+// cancelled ones are printed beside it, and every terminal one is in the
+// latencies.
+func TestBenchEndToEndCountsSucceededOnly(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ops := []benchTerminal{
+		{string(schema.StatusSucceeded), t0, t0.Add(time.Second)},
+		{string(schema.StatusSucceeded), t0, t0.Add(2 * time.Second)},
+		{string(schema.StatusFailed), t0, t0.Add(4 * time.Second)},
+		{string(schema.StatusCancelled), t0, t0.Add(3 * time.Second)},
+	}
+	rep := BenchReport{Outcomes: map[string]int{}, Waited: true, Submitted: 4}
+	rep.endToEnd(ops)
+	if rep.EndToEndPerSec != 0.5 { // 2 succeeded over the 4 s from first created to last completed
+		t.Errorf("end-to-end %v ops/s, want 0.5", rep.EndToEndPerSec)
+	}
+	if rep.Terminal != 4 || rep.Outcomes["failed"] != 1 || rep.Outcomes["cancelled"] != 1 || rep.Outcomes["succeeded"] != 2 {
+		t.Errorf("terminal %d, outcomes %v", rep.Terminal, rep.Outcomes)
+	}
+	if rep.EndToEndP50Ms != 2000 || rep.EndToEndP99Ms != 4000 {
+		t.Errorf("end-to-end p50 %v ms, p99 %v ms; want 2000 and 4000", rep.EndToEndP50Ms, rep.EndToEndP99Ms)
+	}
+	var out strings.Builder
+	if err := printBenchReport(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "0 ops/s succeeded (failed 1, cancelled 1 not counted)") {
+		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// A wait that fails in transport is tried again; one the server refuses
+// for good is not, and neither is one whose context ended.
+func TestBenchWaitRetriesTransportErrors(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("a", 64)
+	transport := &url.Error{Op: "Get", URL: "http://x", Err: syscall.ECONNRESET}
+	for _, c := range []struct {
+		name      string
+		errs      []error // returned by the successive waits; then success
+		wantCalls int
+		wantErr   bool
+	}{
+		{"transport errors pass", []error{transport, transport}, 3, false},
+		{"5xx passes", []error{&client.Error{Status: 503, Code: "unavailable"}}, 2, false},
+		{"gives up after the tries", []error{transport, transport, transport, transport, transport, transport}, 3, true},
+		{"not found is final", []error{&client.Error{Status: 404, Code: "not_found"}}, 1, true},
+		{"context ended", []error{context.DeadlineExceeded}, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			calls := 0
+			wait := func(_ context.Context, got string, _ time.Duration) (client.Operation, error) {
+				calls++
+				if got != id {
+					t.Errorf("waited for %q", got)
+				}
+				if calls <= len(c.errs) {
+					return client.Operation{}, c.errs[calls-1]
+				}
+				return client.Operation{OperationID: id, Status: schema.StatusSucceeded}, nil
+			}
+			op, err := benchWait(context.Background(), wait, id, 3, time.Millisecond)
+			if calls != c.wantCalls || (err != nil) != c.wantErr || (err == nil && op.OperationID != id) {
+				t.Errorf("calls %d (want %d), op %+v, err %v", calls, c.wantCalls, op, err)
+			}
+		})
+	}
+}
+
+// The submit latency covers every request, the refused ones included: a
+// run whose every submit fails still reports how long they took.
+func TestBenchSubmitLatencyIncludesFailures(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	r := cliRun(t, "", "bench", "--action", "github.issues.add_labels", "--payload", `{"labels":[]}`,
+		"--resources", "issue:octo/demo#10", "--ops", "4", "--clients", "1", "--no-wait", "--json",
+		"--server", env.URL, "--token", env.alice)
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	var rep BenchReport
+	cliDecodeJSON(t, r.stdout, &rep)
+	errs := 0
+	for _, n := range rep.SubmitErrors {
+		errs += n
+	}
+	if rep.Submitted != 0 || errs != 4 || rep.SubmitRequests != 4 || rep.SubmitP50Ms <= 0 || rep.SubmitMaxMs < rep.SubmitP99Ms {
+		t.Errorf("bench report %+v", rep)
 	}
 }

@@ -1,6 +1,7 @@
 package benchsuite
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -42,9 +43,22 @@ func (l *latencies) report(b *testing.B) {
 }
 
 func percentileMs(sorted []time.Duration, p float64) float64 {
-	i := int(float64(len(sorted))*p+0.5) - 1
-	d := sorted[max(0, min(i, len(sorted)-1))]
-	return float64(d.Microseconds()) / 1000
+	return float64(Percentile(sorted, p).Microseconds()) / 1000
+}
+
+// Percentile returns the p-th percentile (0 < p <= 1) of sorted durations
+// by the nearest-rank method: the smallest value with at least p of the
+// values at or below it, sorted[ceil(n·p)-1]. The p99 of 160 values is the
+// 159th. It returns 0 for no values.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	// The tolerance keeps a product that should be whole (0.99 × 1000)
+	// from rounding up past it in floating point.
+	rank := int(math.Ceil(float64(n)*p - 1e-9))
+	return sorted[max(0, min(rank-1, n-1))]
 }
 
 // reportRate reports ops/s over the benchmark's measured time.
