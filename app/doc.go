@@ -30,8 +30,10 @@
 // # Installations
 //
 // The [Installations] registry follows installation, installation_repositories,
-// installation_target and repository events, reading the installation's
-// current state from GitHub when one arrives, and resyncs from GitHub hourly. InstallationOf
+// installation_target and repository events (on an installation,
+// installation_repositories or installation_target event it reads the
+// installation's current state from GitHub rather than trusting the
+// event), and resyncs from GitHub hourly. InstallationOf
 // returns forbidden for repositories baton is not installed on, or whose
 // installation is suspended.
 //

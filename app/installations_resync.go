@@ -132,9 +132,36 @@ func (in *Installations) resyncOne(ctx context.Context, s installationState, sin
 // non-zero since, s is a snapshot taken at or after since: an installation
 // whose record changed at or after since (a webhook, applied after the
 // snapshot may have been taken) keeps that record, and one removed at or
-// after since stays removed; its repositories, read now under the lock,
-// are recorded all the same unless it was removed. The caller holds in.mu.
+// after since stays removed (its repositories are not asked for); the
+// repositories of one that changed, read now under the lock (unless the
+// newer record says it is suspended), are recorded all the same. The
+// caller holds in.mu, as every writer of the registry does: the record
+// read first cannot change before the write.
 func (in *Installations) recordLocked(ctx context.Context, s installationState, since time.Time) (int, error) {
+	skipped := false
+	if !since.IsZero() {
+		var (
+			updated   int64
+			deletedAt sql.NullInt64
+			suspended bool
+		)
+		err := in.db.QueryRow(ctx, `SELECT updated_at, deleted_at, suspended FROM installations WHERE id = ?`, s.id).Scan(&updated, &deletedAt, &suspended)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return 0, fmt.Errorf("app: record installation %d: %w", s.id, err)
+		case deletedAt.Valid && deletedAt.Int64 >= since.UnixMicro():
+			in.log.Debug("installation removed since the resync's snapshot: it stays removed", zap.String(logKeyEvent, "installations.resync_skipped"),
+				zap.Int64(logKeyInstallation, s.id))
+			return 0, nil
+		case updated >= since.UnixMicro():
+			// Changed after the snapshot: keep the change. Whether the
+			// repositories can be listed is the newer record's to say.
+			skipped, s.suspended = true, suspended
+			in.log.Debug("installation changed since the resync's snapshot: its newer record kept", zap.String(logKeyEvent, "installations.resync_skipped"),
+				zap.Int64(logKeyInstallation, s.id))
+		}
+	}
 	var (
 		repos     []installationRepo
 		reposErr  error
@@ -144,30 +171,10 @@ func (in *Installations) recordLocked(ctx context.Context, s installationState, 
 		repos, reposErr = in.listRepos(ctx, s.id)
 		haveRepos = reposErr == nil
 	}
-	var (
-		c       installationChange
-		skipped bool
-	)
+	var c installationChange
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
-		c, skipped = installationChange{}, false
+		c = installationChange{}
 		now := in.cfg.Now()
-		if !since.IsZero() {
-			var (
-				updated   int64
-				deletedAt sql.NullInt64
-			)
-			err := tx.QueryRow(`SELECT updated_at, deleted_at FROM installations WHERE id = ?`, s.id).Scan(&updated, &deletedAt)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
-				return err
-			case deletedAt.Valid && deletedAt.Int64 >= since.UnixMicro():
-				skipped, haveRepos = true, false // removed after the snapshot
-				return nil
-			case updated >= since.UnixMicro():
-				skipped = true // changed after the snapshot: keep the change
-			}
-		}
 		if !skipped {
 			var err error
 			if c, err = in.upsertTx(tx, s, now); err != nil {
@@ -182,18 +189,11 @@ func (in *Installations) recordLocked(ctx context.Context, s installationState, 
 	if err != nil {
 		return 0, fmt.Errorf("app: record installation %d: %w", s.id, err)
 	}
-	if skipped {
-		in.log.Debug("installation changed since the resync's snapshot: its newer record kept", zap.String(logKeyEvent, "installations.resync_skipped"),
-			zap.Int64(logKeyInstallation, s.id))
-	}
 	if c.existed && (c.wasDeleted || c.permissionsChanged || c.suspensionChanged) {
 		in.notify(s.id)
 	}
 	if reposErr != nil {
 		return 0, fmt.Errorf("app: list the repositories of installation %d: %w", s.id, reposErr)
-	}
-	if !haveRepos {
-		return 0, nil
 	}
 	return len(repos), nil
 }

@@ -73,8 +73,31 @@ func TestResyncDoesNotOverwriteNewerUnsuspend(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	_ = in.Resync(ctx)
+	if err := in.Resync(ctx); err != nil {
+		t.Errorf("resync: %v", err)
+	}
 	wantInstallationOf(t, ctx, in, "sleepy", "zzz", 3, "")
+}
+
+// A suspend handled while a resync runs is not undone by the resync's
+// older snapshot (which said not suspended), and the resync does not ask
+// for the repositories of the installation, now suspended.
+func TestResyncDoesNotOverwriteNewerSuspend(t *testing.T) {
+	t.Parallel()
+	e, ctx, in := newSleepyEnv(t)
+	onListInstallations(e, in, func() {
+		if err := e.sim.SuspendInstallation(3, true); err != nil {
+			t.Error(err)
+		}
+		p := `{"action":"suspend","installation":{"id":3,"account":{"login":"sleepy","type":"User"},"permissions":{},"events":[],"suspended_at":"2026-11-30T10:00:00Z"}}`
+		if err := in.HandleEvent(ctx, Delivery{ID: "s", Event: "installation", Action: "suspend", Payload: []byte(p)}); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := in.Resync(ctx); err != nil {
+		t.Errorf("resync: %v", err)
+	}
+	wantInstallationOf(t, ctx, in, "sleepy", "zzz", 0, "installation 3 is suspended")
 }
 
 // A removal handled while a resync runs is not undone by the resync's
@@ -91,7 +114,11 @@ func TestResyncDoesNotUndoNewerDeletion(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	_ = in.Resync(ctx) // the repositories of a removed installation cannot be listed
+	// The removed installation's repositories are not asked for (GitHub
+	// would refuse): the resync succeeds.
+	if err := in.Resync(ctx); err != nil {
+		t.Errorf("resync: %v", err)
+	}
 	wantInstallationOf(t, ctx, in, "sleepy", "zzz", 0, "baton is not installed on sleepy/zzz")
 	var ue *InstallationUnavailableError
 	if _, err := in.Installation(ctx, 3); !errors.As(err, &ue) || ue.Reason != "deleted" {
