@@ -209,16 +209,21 @@ func TestTurnstileLeaveEndsOnlyItsOwnTurn(t *testing.T) {
 	first() // released
 	second := ts.enter("k")
 	first() // its deferred leave
-	woke := make(chan bool, 1)
-	go func() { woke <- ts.wait(context.Background(), "k", 10*time.Second) }()
-	time.Sleep(50 * time.Millisecond) // let the waiter find the turn
+	// A waiter arriving now finds the second holder's turn...
+	turn, held := ts.held.lookup("k")
+	if !held {
+		t.Fatal("the first holder's deferred leave ended the second holder's turn")
+	}
+	select {
+	case <-turn:
+		t.Fatal("the first holder's deferred leave woke the second holder's waiters")
+	default:
+	}
+	// ...and is woken when the second holder leaves.
 	second()
 	select {
-	case ok := <-woke:
-		if !ok {
-			t.Error("the waiter did not see the second holder's turn")
-		}
-	case <-time.After(5 * time.Second):
+	case <-turn:
+	default:
 		t.Fatal("the waiter was not woken when the second holder left")
 	}
 }

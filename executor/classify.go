@@ -240,7 +240,8 @@ func secondaryText(msg string) bool {
 // secondaryBody reports whether the body of a failed token exchange (left
 // open by ghinstallation for its caller) says a secondary rate limit. It
 // reads at most 64 KiB, closes the body and puts what it read back, so
-// that the response can be classified again.
+// that the response can be classified again. (It must be read before the
+// request's context ends: see attempt.)
 func secondaryBody(r *http.Response) bool {
 	if r.Body == nil || r.Body == http.NoBody {
 		return false

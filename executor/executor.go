@@ -200,6 +200,16 @@ func (e *Executor) Submit(ctx context.Context, actor string, s schema.Submission
 		return schema.Record{}, false, err
 	}
 	stored, created, err := e.store.Create(ctx, rec)
+	if schema.ErrorCode(err) == schema.CodeIdempotencyConflict {
+		// A record created before the payload was hashed as decoded (see
+		// NewRecord) holds the hash of the payload as it was sent: the same
+		// payload sent again is that operation, not a conflict.
+		if old, gerr := e.store.Get(ctx, rec.OperationID); gerr == nil {
+			if h, herr := IdempotencyHash(actor, s.Action, rec.Resource, s.Payload); herr == nil && h == old.IdempotencyHash {
+				stored, err = old, nil
+			}
+		}
+	}
 	if err != nil {
 		return schema.Record{}, false, err
 	}

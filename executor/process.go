@@ -552,6 +552,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	start := r.e.now()
 	ctx, cancel := r.e.callCtx(r.ctx, r.parent)
 	isDone, result, resp, err := act.probe(withApp(ctx, r.e.gh.identity), r.client, r.rec, r.target, r.payload)
+	cl := Classify(err, r.e.now()) // before cancel: see attempt
 	cancel()
 	if err != nil && r.parent.Err() != nil {
 		return r.interrupted("probe"), true, false
@@ -568,7 +569,6 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 		}
 		return Result{}, false, false
 	}
-	cl := Classify(err, r.e.now())
 	a.ErrorCategory, a.ErrorMessage = cl.Category, cl.Message
 	if a.HTTPStatus == 0 {
 		a.HTTPStatus, a.RequestID = cl.Status, cl.RequestID
@@ -632,6 +632,10 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	// One that must make something durable first (update_ref's ref
 	// before a forced update) saves the record, fenced.
 	result, resp, err := act.do(withSave(withGuard(ctx, r.lease.AssertOwned), r.saveFenced), r.client, r.rec, r.target, r.payload)
+	// Classified while the call's context lives: a token exchange refused
+	// with a 403 is told apart by its body (see secondaryBody), which its
+	// request's cancellation would cut off where it has not all arrived.
+	cl := Classify(err, e.now())
 	cancel()
 	paced()
 	if err != nil && r.parent.Err() != nil {
@@ -653,7 +657,6 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		r.log.Info("attempt succeeded", zap.String(LogEvent, "attempt_succeeded"), zap.Int(LogAttempt, a.Number))
 		return r.finish(schema.StatusSucceeded, result, "", ""), true, false
 	}
-	cl := Classify(err, e.now())
 	last.ErrorCategory, last.ErrorMessage = cl.Category, cl.Message
 	if last.HTTPStatus == 0 || cl.NotSent {
 		// (A request go-github refused itself carries a made-up 403.)
@@ -839,15 +842,22 @@ func lastAttemptAmbiguous(rec *schema.Record) bool {
 			}
 			continue // a probe that could not tell settles nothing
 		}
-		if a.EndedAt.IsZero() {
-			return true
-		}
-		switch a.ErrorCategory {
-		case CategoryNetwork, CategoryTimeout, CategoryServerError:
-			// Conservatively ambiguous: a probe costs one read.
-			return true
-		}
-		return false
+		return mayHaveApplied(a)
+	}
+	return false
+}
+
+// mayHaveApplied reports whether call attempt a may have been applied
+// without baton knowing: it never recorded an end, or ended in an
+// ambiguous failure.
+func mayHaveApplied(a schema.Attempt) bool {
+	if a.EndedAt.IsZero() {
+		return true
+	}
+	switch a.ErrorCategory {
+	case CategoryNetwork, CategoryTimeout, CategoryServerError:
+		// Conservatively ambiguous: a probe costs one read.
+		return true
 	}
 	return false
 }
@@ -861,14 +871,7 @@ func appliedBefore(rec *schema.Record) bool {
 		return false
 	}
 	for _, a := range rec.AttemptLog[:len(rec.AttemptLog)-1] {
-		if a.Probe {
-			continue
-		}
-		if a.EndedAt.IsZero() {
-			return true
-		}
-		switch a.ErrorCategory {
-		case CategoryNetwork, CategoryTimeout, CategoryServerError:
+		if !a.Probe && mayHaveApplied(a) {
 			return true
 		}
 	}

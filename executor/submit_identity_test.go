@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +51,39 @@ func TestHashIgnoresAbsentOptionalFields(t *testing.T) {
 		Resource: schema.Resource{Type: "pull_request", ID: "octo/app#1"}, Payload: []byte(`{"sha":"` + sha + `","method":"squash"}`)}, time.Now())
 	if a == nil || b == nil || a.IdempotencyHash == b.IdempotencyHash {
 		t.Error("a merge and a squash hash alike")
+	}
+}
+
+// A record created before the payload was hashed as decoded holds the hash
+// of the payload as it was sent: that payload sent again under its key
+// resolves to it; other input is still a conflict.
+func TestSubmitFindsRecordHashedAsSent(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	sha := strings.Repeat("a", 40)
+	sub := schema.Submission{IdempotencyKey: "hashed-as-sent", Action: schema.ActionUpdateRef,
+		Resource: schema.Resource{Type: "ref", ID: "octo/demo:heads/as-sent"}, Payload: json.RawMessage(`{"force":false,"sha":"` + sha + `"}`), InstallationID: 1}
+	old, err := NewRecord("tester", sub, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the earlier version made it.
+	if old.Payload, err = schema.Canonical(sub.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if old.IdempotencyHash, err = IdempotencyHash("tester", sub.Action, old.Resource, old.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.store.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	got, created, err := s.exec.Submit(ctx, "tester", sub)
+	if err != nil || created || got.OperationID != old.OperationID {
+		t.Fatalf("the same payload again: created=%v id=%s (want %s), %v", created, got.OperationID, old.OperationID, err)
+	}
+	sub.Payload = json.RawMessage(`{"force":true,"sha":"` + sha + `"}`)
+	if _, _, err := s.exec.Submit(ctx, "tester", sub); schema.ErrorCode(err) != schema.CodeIdempotencyConflict {
+		t.Errorf("other input under the same key: %v, want a conflict", err)
 	}
 }
