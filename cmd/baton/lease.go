@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
 )
 
@@ -32,8 +33,8 @@ const leaseGuardCmd = "__lease-guard"
 
 // The bounds of --ttl: those of the API.
 const (
-	leaseMinTTL = time.Second
-	leaseMaxTTL = 15 * time.Minute
+	leaseMinTTL = app.MinAPILeaseTTL
+	leaseMaxTTL = app.MaxAPILeaseTTL
 )
 
 // leaseTTLUsage is the help of --ttl.

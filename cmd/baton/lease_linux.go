@@ -88,10 +88,13 @@ func newLeaseGuardCmd() *cobra.Command {
 			if err != nil || grace <= 0 {
 				return cliUsage(fmt.Errorf("GRACE %q is not a positive duration", args[0]))
 			}
-			parent := os.NewFile(3, "baton")
-			if parent == nil {
+			// fd 3 is the pipe from baton (os.NewFile alone would take any
+			// number).
+			var st syscall.Stat_t
+			if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
 				return cliUsage(errors.New("run only by baton lease run"))
 			}
+			parent := os.NewFile(3, "baton")
 			if code := runLeaseGuard(grace, args[1:], parent, cmd.ErrOrStderr()); code != 0 {
 				return &exitError{code: code}
 			}
@@ -104,7 +107,8 @@ func newLeaseGuardCmd() *cobra.Command {
 const prSetChildSubreaper = 36
 
 // runLeaseGuard is the guard: it returns CMD's exit status (128+N when
-// killed by signal N).
+// killed by signal N), or 1 if CMD could not be started (as baton does when
+// it finds no CMD to start).
 func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr io.Writer) int {
 	syscall.CloseOnExec(int(parent.Fd())) // not for CMD
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
@@ -113,11 +117,16 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
+	// CMD's end, and the end of what it left, wake the loop below: no
+	// polling while CMD runs.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "baton: start %s: %v\n", argv[0], err)
-		return 127
+		return 1
 	}
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Env:   os.Environ(),
@@ -126,7 +135,7 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "baton: start %s: %v\n", argv[0], err)
-		return 127
+		return 1
 	}
 	pgid := proc.Pid // CMD leads its group
 	_ = proc.Release()
@@ -149,6 +158,10 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 		stopping bool
 		killAt   time.Time
 		giveUp   time.Time
+		// tick polls while the group is being stopped: its last member need not
+		// be our child, so its end may send us no SIGCHLD.
+		ticker *time.Ticker
+		tick   <-chan time.Time
 	)
 	stop := func() {
 		if stopping {
@@ -158,9 +171,14 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		killAt = time.Now().Add(grace)
 		giveUp = killAt.Add(leaseGuardKillMargin)
+		ticker = time.NewTicker(20 * time.Millisecond)
+		tick = ticker.C
 	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
 	for {
 		// Reap CMD and whatever was orphaned to us.
 		for {
@@ -199,7 +217,8 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 		case <-gone:
 			gone = nil
 			stop()
-		case <-tick.C:
+		case <-chld:
+		case <-tick:
 		}
 	}
 	if status.Signaled() {

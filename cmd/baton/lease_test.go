@@ -89,6 +89,26 @@ func TestLeaseTTLBounds(t *testing.T) {
 	}
 }
 
+// A CMD that exists but cannot be started (no "#!" line: ENOEXEC) is an
+// error (exit 1) whether baton or, on Linux, its guard finds it out, and
+// the lease is released.
+func TestLeaseRunCannotStart(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	const key = "issue:octo/demo#32"
+	script := filepath.Join(t.TempDir(), "no-interpreter")
+	if err := os.WriteFile(script, []byte("echo never\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := cliRun(t, "", "lease", "run", key, "--server", env.URL, "--token", env.alice, "--", script)
+	if r.code != 1 || !strings.Contains(r.stderr, "start "+script) || r.stdout != "" {
+		t.Errorf("lease run of a file that cannot be executed: %+v", r)
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after CMD failed to start: %+v, %v", st, err)
+	}
+}
+
 // lease run's help says what its code does: the default owner, no --json.
 func TestLeaseRunHelp(t *testing.T) {
 	t.Parallel()
