@@ -150,7 +150,7 @@ func (a *API) waitTerminal(ctx context.Context, rec schema.Record, wait time.Dur
 // installation the token is not bound to (made with another token of the
 // same actor) is forbidden.
 func (a *API) visibleOperation(ctx context.Context, p *Principal, id string) (schema.Record, error) {
-	if !validOperationID(id) {
+	if !schema.ValidOperationID(id) {
 		return schema.Record{}, errOperationNotFound
 	}
 	rec, err := a.ops.Get(ctx, id)
@@ -167,21 +167,6 @@ func (a *API) visibleOperation(ctx context.Context, p *Principal, id string) (sc
 		return schema.Record{}, schema.Errorf(schema.CodeForbidden, "this API token may not act on installation %d", rec.InstallationID)
 	}
 	return rec, nil
-}
-
-// validOperationID reports whether id can be an operation ID: 64
-// lower-case hex characters.
-func validOperationID(id string) bool {
-	if len(id) != 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // cancelOperation is POST /v1/operations/{id}/cancel.

@@ -20,6 +20,13 @@ type Dispatcher interface {
 	Dispatch(ctx context.Context, operationID string) error
 }
 
+// The bounds of Config.LeaseTTL, the TTL of an operation's resource lease
+// (at most 5 minutes, DESIGN.md; at least long enough to renew at TTL/3).
+const (
+	MinLeaseTTL = 3 * time.Second
+	MaxLeaseTTL = 5 * time.Minute
+)
+
 // Config configures an Executor.
 type Config struct {
 	// Store keeps the records. Required.
@@ -134,8 +141,8 @@ func New(cfg Config) (*Executor, error) {
 	}
 	cfg.MarkInterval = cmp.Or(cfg.MarkInterval, 20*time.Millisecond)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
-	if cfg.LeaseTTL < 3*time.Second || cfg.LeaseTTL > 5*time.Minute {
-		return nil, fmt.Errorf("executor: LeaseTTL %v is outside 3s–5m", cfg.LeaseTTL)
+	if cfg.LeaseTTL < MinLeaseTTL || cfg.LeaseTTL > MaxLeaseTTL {
+		return nil, fmt.Errorf("executor: LeaseTTL %v is outside %v–%v", cfg.LeaseTTL, MinLeaseTTL, MaxLeaseTTL)
 	}
 	cfg.BusyDelay = cmp.Or(cfg.BusyDelay, time.Second)
 	cfg.OrderDelay = cmp.Or(cfg.OrderDelay, 30*time.Second)

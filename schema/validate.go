@@ -59,10 +59,24 @@ func ValidateActor(actor string) error { return validText(actor, "actor", 1, Max
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// ValidOperationID reports whether id can be an operation ID: 64
+// lower-case hex characters (a SHA-256).
+func ValidOperationID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	for i := range len(id) {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // Validate checks that r is a well-formed record in a consistent state. The
 // store calls it before every write.
 func (r *Record) Validate() error {
-	if !hexID.MatchString(r.OperationID) {
+	if !ValidOperationID(r.OperationID) {
 		return Invalidf("operationId must be 64 lower-case hex characters")
 	}
 	if !hexID.MatchString(r.IdempotencyHash) {

@@ -230,13 +230,8 @@ var ErrInvalidOperationID = errors.New("not an operation ID")
 
 // checkOperationID refuses what is not an operation ID.
 func checkOperationID(id string) error {
-	if len(id) != 64 {
+	if !schema.ValidOperationID(id) {
 		return fmt.Errorf("%w: %q must be 64 lower-case hex characters", ErrInvalidOperationID, id)
-	}
-	for i := range len(id) {
-		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return fmt.Errorf("%w: %q must be 64 lower-case hex characters", ErrInvalidOperationID, id)
-		}
 	}
 	return nil
 }

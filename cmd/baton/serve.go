@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/queue"
 )
 
@@ -48,13 +49,6 @@ type serveOptions struct {
 	logLevel, logFormat                          string
 	mqLabel, mqChecks, mqMethod                  string
 }
-
-// The bounds of --lease-ttl: those the executor accepts for an
-// operation's lease.
-const (
-	serveMinLeaseTTL = 3 * time.Second
-	serveMaxLeaseTTL = 5 * time.Minute
-)
 
 func newServeCmd() *cobra.Command { return serveCmd(&serveOptions{}) }
 
@@ -231,7 +225,7 @@ func (o *serveOptions) config() (app.Config, error) {
 		return cfg, fmt.Errorf("--workers must be between 1 and 4096, not %d", o.workers)
 	case o.natsReplicas < 1 || o.natsReplicas > 5:
 		return cfg, fmt.Errorf("--nats-replicas must be between 1 and 5, not %d", o.natsReplicas)
-	case o.leaseTTL < serveMinLeaseTTL || o.leaseTTL > serveMaxLeaseTTL:
+	case o.leaseTTL < executor.MinLeaseTTL || o.leaseTTL > executor.MaxLeaseTTL:
 		return cfg, fmt.Errorf("--lease-ttl must be between 3s and 5m, not %v", o.leaseTTL)
 	case o.ackWait <= o.leaseTTL:
 		return cfg, fmt.Errorf("--ack-wait (%v) must exceed --lease-ttl (%v)", o.ackWait, o.leaseTTL)
