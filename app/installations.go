@@ -90,6 +90,11 @@ type InstallationsConfig struct {
 	// ResyncInterval is how often the registry is resynced from GitHub
 	// (also once at Start). Defaults to 1h.
 	ResyncInterval time.Duration
+	// CallTimeout bounds each of the registry's calls to GitHub. Some are
+	// made under the registry's lock, which every installation event
+	// waits for: a connection that stalls must not hold them all.
+	// Defaults to 30s.
+	CallTimeout time.Duration
 	// OnChange is called after an installation was removed, suspended,
 	// unsuspended or had its permissions changed, so that cached clients
 	// can be dropped (executor.GitHubClients.Forget). Optional; it must
@@ -133,6 +138,7 @@ var _ EventHandler = (*Installations)(nil)
 // NewInstallations validates cfg and returns the registry.
 func NewInstallations(cfg InstallationsConfig) (*Installations, error) {
 	cfg.ResyncInterval = cmp.Or(cfg.ResyncInterval, time.Hour)
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 30*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -281,7 +281,9 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 // installation (404). The caller holds in.mu, so that of two events the
 // one recorded last read GitHub last.
 func (in *Installations) refreshLocked(ctx context.Context, id int64) (bool, error) {
-	gi, _, err := in.cfg.App.Apps.GetInstallation(ctx, id)
+	cctx, cancel := context.WithTimeout(ctx, in.cfg.CallTimeout)
+	gi, _, err := in.cfg.App.Apps.GetInstallation(cctx, id)
+	cancel()
 	var er *github.ErrorResponse
 	if errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusNotFound {
 		return false, nil

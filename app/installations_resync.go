@@ -37,7 +37,9 @@ func (in *Installations) Resync(ctx context.Context) error {
 	var listed []*github.Installation
 	opts := &github.ListOptions{PerPage: in.pageSize}
 	for {
-		page, resp, err := in.cfg.App.Apps.ListInstallations(ctx, opts)
+		cctx, cancel := context.WithTimeout(ctx, in.cfg.CallTimeout)
+		page, resp, err := in.cfg.App.Apps.ListInstallations(cctx, opts)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("app: list the App's installations: %w", err)
 		}
@@ -206,7 +208,9 @@ func (in *Installations) listRepos(ctx context.Context, id int64) ([]installatio
 	var out []installationRepo
 	opts := &github.ListOptions{PerPage: in.pageSize}
 	for {
-		page, resp, err := client.Apps.ListRepos(ctx, opts)
+		cctx, cancel := context.WithTimeout(ctx, in.cfg.CallTimeout)
+		page, resp, err := client.Apps.ListRepos(cctx, opts)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

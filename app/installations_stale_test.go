@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 
@@ -246,4 +247,25 @@ func TestInstallationTargetRenamedWithoutApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantInstallationOf(t, ctx, in, "neworg", "a", 4, "")
+}
+
+// A call to GitHub that stalls ends at CallTimeout: an installation event
+// handled under the registry's lock fails (and is retried by the
+// dispatcher) instead of holding every other installation event.
+func TestInstallationCallsTimeOut(t *testing.T) {
+	t.Parallel()
+	e, ctx, in := newSleepyEnv(t)
+	if _, err := e.sim.SetFault(ghsim.Fault{Route: "GET /app/installations/{id}", Kind: ghsim.FaultLatency, Latency: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	in.cfg.CallTimeout = 200 * time.Millisecond
+	p := `{"action":"unsuspend","installation":{"id":3,"account":{"login":"sleepy","type":"User"},"permissions":{},"events":[],"suspended_at":null}}`
+	start := time.Now()
+	err := in.HandleEvent(ctx, Delivery{ID: "stalled", Event: "installation", Action: "unsuspend", Payload: []byte(p)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("event with GitHub stalled: %v, want the call's deadline", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the event took %s with a 200ms call timeout", d)
+	}
 }
