@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/schema"
@@ -20,12 +21,20 @@ type MergeQueueConfig struct {
 	RequiredChecks []string
 	// MergeMethod is merge, squash or rebase. Defaults to merge.
 	MergeMethod string
+	// GateTimeout is how long a pull request's required checks may stay
+	// pending after it joined or moved to a new head before it bounces
+	// (mergequeue.Config.GateTimeout). Defaults to 60m; between 1m and
+	// 24h.
+	GateTimeout time.Duration
 }
 
 // check refuses the settings mergequeue.New would refuse, so that a bad
 // one fails NewServer, before anything is opened, rather than Start.
 func (c MergeQueueConfig) check() error {
 	if err := mergequeue.CheckSettings(c.Label, c.RequiredChecks, c.MergeMethod); err != nil {
+		return fmt.Errorf("merge queue: %w", err)
+	}
+	if err := mergequeue.CheckGateTimeout(c.GateTimeout); err != nil {
 		return fmt.Errorf("merge queue: %w", err)
 	}
 	return nil
@@ -91,6 +100,7 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 		Label:          s.cfg.MergeQueue.Label,
 		RequiredChecks: s.cfg.MergeQueue.RequiredChecks,
 		MergeMethod:    s.cfg.MergeQueue.MergeMethod,
+		GateTimeout:    s.cfg.MergeQueue.GateTimeout,
 		Logger:         s.log,
 		Registerer:     s.reg,
 	})

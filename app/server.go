@@ -94,8 +94,9 @@ type Config struct {
 	OperationRetention time.Duration
 
 	// MergeQueue configures the merge queue: its label, the checks its
-	// gate requires and its merge method. Zero values take the queue's
-	// defaults; NewServer refuses settings the queue would.
+	// gate requires, its merge method and its gate timeout. Zero values
+	// take the queue's defaults; NewServer refuses settings the queue
+	// would.
 	MergeQueue MergeQueueConfig
 
 	// Dev starts a GitHub simulator in this process on a loopback port,

@@ -60,6 +60,15 @@ func unprocessable(resp *github.Response, err error, want string) bool {
 		strings.Contains(strings.ToLower(ere.Message), want)
 }
 
+// baseModified reports whether a merge was refused with 405 "Base branch
+// was modified. Review and try the merge again.": the base moved just
+// before the merge, which GitHub did not apply; a retry works.
+func baseModified(resp *github.Response, err error) bool {
+	var ere *github.ErrorResponse
+	return resp != nil && resp.StatusCode == http.StatusMethodNotAllowed && asErrorResponse(err, &ere) &&
+		strings.Contains(strings.ToLower(ere.Message), "base branch was modified")
+}
+
 // guardKey carries, in a call's context, the check an action runs
 // immediately before its mutating request when it makes another request
 // first (the lease's AssertOwned).
@@ -154,6 +163,13 @@ func (mergeAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t
 	opts := &github.PullRequestOptions{SHA: pl.SHA, MergeMethod: pl.Method, CommitTitle: pl.CommitTitle}
 	r, resp, err := c.PullRequests.Merge(ctx, t.Owner, t.Repo, t.Number, pl.CommitMessage, opts)
 	if err != nil {
+		if baseModified(resp, err) {
+			// GitHub refuses a merge when the base branch moved just before
+			// (another merge landed): the merge was not applied, and trying
+			// again after the usual wait works.
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Retryable: true, Status: resp.StatusCode,
+				RequestID: requestID(resp.Response), Message: "base branch was modified; trying again"}}
+		}
 		return nil, resp, err
 	}
 	return mergeResult{Merged: r.GetMerged(), SHA: r.GetSHA(), HeadSHA: pl.SHA, Message: r.GetMessage()}, resp, nil

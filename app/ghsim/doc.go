@@ -148,7 +148,9 @@
 // segment and a final {name...} the rest ("PUT
 // /repos/{owner}/{repo}/pulls/{number}/merge"): a 5xx, a 429 with
 // Retry-After, added latency, a connection dropped before the request is
-// applied, or one dropped after it was applied and logged. A fault fires on
+// applied, one dropped after it was applied and logged, or a merge refused
+// with 405 "Base branch was modified" (FaultBaseModified, not applied, as
+// GitHub answers a merge that comes just after its base moved). A fault fires on
 // the next Count matching requests, or on a random fraction (Probability,
 // seeded by Config.Seed), or always until cleared. Note that Go's HTTP
 // client itself retries idempotent requests (GET, HEAD) whose reused

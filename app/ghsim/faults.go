@@ -33,6 +33,10 @@ const (
 	// effect logged, with Dropped set), then closes the connection without
 	// an answer.
 	FaultDropAfter FaultKind = "drop_after"
+	// FaultBaseModified answers a merge with GitHub's 405 "Base branch was
+	// modified. Review and try the merge again.", without applying it: what
+	// GitHub says to a merge that comes just after its base moved.
+	FaultBaseModified FaultKind = "base_modified"
 )
 
 // Fault is a fault injected into the REST requests that match Route.
@@ -111,7 +115,7 @@ func (s *Sim) SetFault(f Fault) (string, error) {
 		if f.Status < 500 || f.Status > 599 {
 			return "", fmt.Errorf("ghsim: fault status %d is not a 5xx: %w", f.Status, ErrInvalid)
 		}
-	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter:
+	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter, FaultBaseModified:
 	case FaultLatency:
 		if f.Latency <= 0 {
 			return "", fmt.Errorf("ghsim: latency fault without Latency: %w", ErrInvalid)
@@ -250,8 +254,11 @@ func (ft *fault) matches(method string, segs []string, inst int64) bool {
 	return len(segs) == len(ft.pattern)
 }
 
-// response is the answer of a status or 429 fault.
+// response is the answer of a status, 429 or base-modified fault.
 func (a faultAction) response() response {
+	if a.kind == FaultBaseModified {
+		return errResponse(http.StatusMethodNotAllowed, "Base branch was modified. Review and try the merge again.", docsRoot)
+	}
 	if a.kind == FaultTooManyRequests {
 		resp := errResponse(http.StatusTooManyRequests, "Too Many Requests", docsRoot)
 		if a.retryAfter > 0 {

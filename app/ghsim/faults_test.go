@@ -3,6 +3,7 @@ package ghsim
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,25 @@ func mustFault(t *testing.T, s *Sim, f Fault) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+func TestFaultBaseModified(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	cl := e.client(1)
+	mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: FaultBaseModified, Count: 1})
+	_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
+	wantStatus(t, err, http.StatusMethodNotAllowed)
+	if !strings.Contains(err.Error(), "Base branch was modified") {
+		t.Errorf("error %v", err)
+	}
+	if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
+		t.Fatal("a base-modified fault applied the merge")
+	}
+	if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
+		t.Fatalf("the count-1 fault fired twice: %v", err)
+	}
 }
 
 func TestFaultStatus(t *testing.T) {

@@ -152,34 +152,46 @@ func (r *repo) requiredChecksLocked(branch, sha string) string {
 	return ""
 }
 
-// checkStateLocked is the state of a required check context on sha: the
-// latest status with that context, or a check run of that name ("success"
-// when it completed successfully, "pending" while running, "failure"
-// otherwise); "" when there is neither.
+// checkStateLocked is the state of a required check context on sha: ""
+// when nothing reported it, else "success" only when both the latest
+// status with that context and the latest check run of that name (each
+// that exists) succeeded, "failure" when either failed, "pending"
+// otherwise. As on GitHub, a required name reported both ways needs both.
 func (r *repo) checkStateLocked(sha, ctx string) string {
+	status := ""
 	list := r.statuses[sha]
 	for i := len(list) - 1; i >= 0; i-- {
 		if list[i].context == ctx {
-			return list[i].state
+			status = list[i].state
+			break
 		}
 	}
-	state := ""
+	run := ""
 	for _, suite := range r.checkSuites[sha] {
-		for _, run := range suite.runs {
-			if run.name != ctx {
+		for _, cr := range suite.runs {
+			if cr.name != ctx {
 				continue
 			}
 			switch {
-			case run.status != "completed":
-				state = "pending"
-			case run.conclusion == "success" || run.conclusion == "neutral" || run.conclusion == "skipped":
-				state = "success"
+			case cr.status != "completed":
+				run = "pending"
+			case cr.conclusion == "success" || cr.conclusion == "neutral" || cr.conclusion == "skipped":
+				run = "success"
 			default:
-				state = "failure"
+				run = "failure"
 			}
 		}
 	}
-	return state
+	states := []string{status, run}
+	switch {
+	case status == "" && run == "":
+		return ""
+	case slices.Contains(states, "failure") || slices.Contains(states, "error"):
+		return "failure"
+	case slices.Contains(states, "pending"):
+		return "pending"
+	}
+	return "success"
 }
 
 func (s *Sim) statusRoutes() []*route {

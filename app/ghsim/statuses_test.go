@@ -102,3 +102,40 @@ func TestChecksProtectionPermissions(t *testing.T) {
 	_, _, err = cl.Repositories.GetPermissionLevel(c, "octo", "demo", "nobody-at-all")
 	wantStatus(t, err, http.StatusNotFound)
 }
+
+// A required name reported both as a check run and as a status needs both
+// (GitHub: "both the check and the status are required"): a successful
+// status does not cover a failed or running check run of the same name.
+func TestMergeRequiresRunAndStatusOfTheSameName(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	cl := e.client(1)
+	if err := e.sim.SetRequiredChecks("octo", "demo", "main", []string{"ci"}, false); err != nil {
+		t.Fatal(err)
+	}
+	for n, conclusion := range map[int]string{1: "failure", 2: ""} {
+		sha := DemoHeadSHA(n)
+		run := NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: conclusion}
+		if conclusion == "" {
+			run.Status = "in_progress"
+		}
+		id, err := e.sim.AddCheckRun("octo", "demo", run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sim.SetStatus("octo", "demo", sha, NewStatus{State: "success", Context: "ci"}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = cl.PullRequests.Merge(c, "octo", "demo", n, "", nil)
+		wantStatus(t, err, http.StatusMethodNotAllowed)
+		if conclusion == "" {
+			if err := e.sim.CompleteCheckRun("octo", "demo", id, "success"); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", n, "", nil); err != nil {
+				t.Fatalf("#%d with both passed: %v", n, err)
+			}
+		}
+	}
+}

@@ -29,6 +29,14 @@ const (
 	DefaultReconcileInterval = 5 * time.Minute
 	DefaultStaleLeaseAfter   = 90 * time.Second
 	DefaultGitHubTimeout     = 30 * time.Second
+	DefaultGateTimeout       = 60 * time.Minute
+)
+
+// Bounds of Config.GateTimeout. There is no way to turn the timeout off:
+// a required check that never reports would hold the queue for good.
+const (
+	MinGateTimeout = time.Minute
+	MaxGateTimeout = 24 * time.Hour
 )
 
 // Operations is what the queue needs of the executor
@@ -105,6 +113,18 @@ type Config struct {
 	RequiredChecks []string
 	// MergeMethod is merge, squash or rebase. Defaults to "merge".
 	MergeMethod string
+	// GateTimeout is how long an entry's gate may stay pending (queued or
+	// evaluating: a required check not reported, or still running) after
+	// the pull request joined or moved to a new head. Then it bounces,
+	// naming the checks it was waiting for, so that a check that never
+	// reports (GitHub keeps a required workflow skipped by a paths filter
+	// "Pending") does not hold the queue, and every pull request behind
+	// it, for good. It is checked by every run on the repository (an
+	// event, a merge's outcome) and by every reconcile, so a bounce comes
+	// at most ReconcileInterval after the timeout. Between MinGateTimeout
+	// (1m) and MaxGateTimeout (24h); it cannot be turned off. Defaults to
+	// 60m, as the status check timeout of GitHub's own merge queue.
+	GateTimeout time.Duration
 
 	// LeaseTTL is the TTL of the repository lease (kept alive while an
 	// event is processed). Defaults to 30s.
@@ -146,6 +166,7 @@ func (c *Config) fill() error {
 	c.StaleLeaseAfter = cmp.Or(c.StaleLeaseAfter, DefaultStaleLeaseAfter)
 	c.ReconcileConcurrency = cmp.Or(c.ReconcileConcurrency, 4)
 	c.GitHubTimeout = cmp.Or(c.GitHubTimeout, DefaultGitHubTimeout)
+	c.GateTimeout = cmp.Or(c.GateTimeout, DefaultGateTimeout)
 	if c.Clock == nil {
 		c.Clock = coordinator.SystemClock()
 	}
@@ -189,6 +210,9 @@ func (c *Config) fill() error {
 	if c.GitHubTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("want a positive GitHubTimeout, not %s", c.GitHubTimeout))
 	}
+	if err := CheckGateTimeout(c.GateTimeout); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("mergequeue: invalid config: %w", errors.Join(errs...))
 	}
@@ -206,6 +230,16 @@ var MergeMethods = []string{"merge", "squash", "rebase"}
 func CheckSettings(label string, requiredChecks []string, mergeMethod string) error {
 	return checkSettings(cmp.Or(strings.TrimSpace(label), DefaultLabel), requiredChecks,
 		cmp.Or(mergeMethod, DefaultMergeMethod), DefaultStatusContext)
+}
+
+// CheckGateTimeout checks a Config.GateTimeout an operator gives the
+// queue (baton serve's flag) as New would, 0 (the default) aside: between
+// MinGateTimeout and MaxGateTimeout.
+func CheckGateTimeout(d time.Duration) error {
+	if d != 0 && (d < MinGateTimeout || d > MaxGateTimeout) {
+		return fmt.Errorf("want %s <= GateTimeout <= %s, not %s", formatDuration(MinGateTimeout), formatDuration(MaxGateTimeout), d)
+	}
+	return nil
 }
 
 func checkSettings(label string, requiredChecks []string, mergeMethod, statusContext string) error {

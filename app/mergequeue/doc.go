@@ -43,7 +43,20 @@
 // required checks (Config.RequiredChecks, or the base branch's protection;
 // without either, every check reported on the head, at least one) must all
 // have succeeded on the head (check runs: success, neutral or skipped;
-// statuses: success); one failure fails it. A label removed, "/baton
+// statuses: success; a name reported both as a check run and as a status
+// needs both, and a check required from one App counts only that App's
+// runs); one failure fails it. A gate still pending
+// (queued or evaluating) Config.GateTimeout (60m, as GitHub's own merge
+// queue's status check timeout; 1m to 24h, never off) after the entry
+// joined or moved to a new head bounces, the head of the queue or not,
+// its reason naming the timeout and the checks it waits for ("waiting
+// for: ci (not reported)"): a required check that never reports (GitHub
+// keeps a required workflow skipped by a paths filter "Pending") would
+// otherwise hold every pull request behind it. Every run checks it
+// (settle: an event, a merge's outcome, a reconcile), reading the gate
+// once more first, so with no events the periodic reconcile, which visits
+// every repository with state, bounces it within ReconcileInterval of the
+// timeout. A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
 // happens). A pull request that leaves, or whose head moves, while its
 // merge operation is submitted but not finished has that operation

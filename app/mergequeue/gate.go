@@ -1,12 +1,14 @@
 package mergequeue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +23,9 @@ import (
 type checkState struct {
 	name  string
 	state string
+	// appID is the App that reported a check run (0 for a status, or
+	// unknown).
+	appID int64
 	// conclusion is what GitHub said (a check run's conclusion or a
 	// status's state), for the bounce message.
 	conclusion string
@@ -32,40 +37,88 @@ type gate struct {
 	detail string
 }
 
+// requiredSep separates a required check's name from the App that must
+// report it in the strings requiredChecks returns (and run.required
+// caches): "ci" is ci from any App, "ci\x00123" ci from App 123 only.
+const requiredSep = "\x00"
+
+// requiredCheck is one check a gate requires: a name and the App that
+// must report it as a check run (0: any App).
+type requiredCheck struct {
+	name  string
+	appID int64
+}
+
+func (c requiredCheck) String() string {
+	if c.appID > 0 {
+		return c.name + requiredSep + strconv.FormatInt(c.appID, 10)
+	}
+	return c.name
+}
+
+func parseRequired(s string) requiredCheck {
+	name, app, ok := strings.Cut(s, requiredSep)
+	if !ok {
+		return requiredCheck{name: s}
+	}
+	id, _ := strconv.ParseInt(app, 10, 64)
+	return requiredCheck{name: name, appID: max(id, 0)}
+}
+
 // evaluateGate decides a gate from the checks reported on a head. With
-// required contexts, it passes when each has succeeded and fails when one
-// has failed; otherwise (required is nil) every reported check counts and
-// at least one must have reported. Statuses take precedence over check
-// runs of the same name, as GitHub's merge button has it for a context
-// reported both ways.
+// required checks (requiredCheck strings), it passes when each has
+// succeeded and fails when one has failed; otherwise (required is nil)
+// every reported check counts and at least one must have reported. As on
+// GitHub, a name reported both as a check run and as a status needs both:
+// it has failed when any report of it failed, is pending while any is
+// pending, and has succeeded only when every report succeeded. A check
+// required from one App counts only that App's check runs (statuses,
+// which name no App, always count).
 func evaluateGate(required []string, runs, statuses []checkState) gate {
-	byName := map[string]checkState{}
-	for _, r := range runs {
-		byName[r.name] = r
-	}
-	for _, s := range statuses {
-		byName[s.name] = s
-	}
-	names := required
-	if names == nil {
-		for n := range byName {
-			names = append(names, n)
+	if required == nil {
+		for _, c := range slices.Concat(runs, statuses) {
+			if !slices.Contains(required, c.name) {
+				required = append(required, c.name)
+			}
 		}
-		sort.Strings(names)
-		if len(names) == 0 {
+		if len(required) == 0 {
 			return gate{result: GatePending, detail: "no checks reported yet"}
 		}
+		sort.Strings(required)
 	}
-	var failed, pending []string
-	for _, n := range names {
-		c, ok := byName[n]
+	var failed, pending, passed []string
+	for _, s := range required {
+		rc := parseRequired(s)
+		var reported bool
+		var fail, wait *checkState
+		count := func(c *checkState) {
+			reported = true
+			switch {
+			case c.state == GateFailure:
+				fail = cmp.Or(fail, c)
+			case c.state != GateSuccess:
+				wait = cmp.Or(wait, c)
+			}
+		}
+		for i := range runs {
+			if c := &runs[i]; c.name == rc.name && (rc.appID == 0 || c.appID == rc.appID) {
+				count(c)
+			}
+		}
+		for i := range statuses {
+			if c := &statuses[i]; c.name == rc.name {
+				count(c)
+			}
+		}
 		switch {
-		case !ok:
-			pending = append(pending, n+" (not reported)")
-		case c.state == GateFailure:
-			failed = append(failed, fmt.Sprintf("%s (%s)", n, c.conclusion))
-		case c.state != GateSuccess:
-			pending = append(pending, n)
+		case !reported:
+			pending = append(pending, rc.name+" (not reported)")
+		case fail != nil:
+			failed = append(failed, fmt.Sprintf("%s (%s)", rc.name, fail.conclusion))
+		case wait != nil:
+			pending = append(pending, rc.name)
+		default:
+			passed = append(passed, rc.name)
 		}
 	}
 	switch {
@@ -73,11 +126,10 @@ func evaluateGate(required []string, runs, statuses []checkState) gate {
 		return gate{result: GateFailure, detail: "failed: " + strings.Join(failed, ", ")}
 	case len(pending) > 0:
 		return gate{result: GatePending, detail: "waiting for: " + strings.Join(pending, ", ")}
-	}
-	if len(names) == 0 {
+	case len(passed) == 0:
 		return gate{result: GateSuccess, detail: "no checks required"}
 	}
-	return gate{result: GateSuccess, detail: "passed: " + strings.Join(names, ", ")}
+	return gate{result: GateSuccess, detail: "passed: " + strings.Join(passed, ", ")}
 }
 
 // runState maps a check run to success, failure or pending, as GitHub's
@@ -104,10 +156,12 @@ func statusState(state string) string {
 	return GatePending
 }
 
-// requiredChecks returns the checks a gate on base requires: the
-// configured list, or the required status checks of base's protection; nil
-// when base is not protected (every reported check counts then). The
-// queue's own status context is never required.
+// requiredChecks returns the checks a gate on base requires, as
+// requiredCheck strings: the configured list, or the required status
+// checks of base's protection (each pinned to the App it names); nil when
+// base is not protected (every reported check counts then). The queue's
+// own status context is never required; a protection that requires it is
+// named to the operator once per base.
 func (r *run) requiredChecks(base string) ([]string, error) {
 	if len(r.q.cfg.RequiredChecks) > 0 {
 		return r.q.cfg.RequiredChecks, nil
@@ -149,23 +203,54 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 					zap.String(logEvent, "mergequeue.protection_strict"), zap.String("base", base))
 			}
 		}
-		if rsc.Contexts != nil {
-			req = append(req, *rsc.Contexts...)
-		}
-		if rsc.Checks != nil {
-			for _, c := range *rsc.Checks {
-				if !slices.Contains(req, c.Context) {
-					req = append(req, c.Context)
-				}
+		req = protectionChecks(rsc)
+		if slices.ContainsFunc(req, r.ownContext) {
+			// The queue's status on a head stays pending until the merge
+			// (its "merging" status and the merge are operations on
+			// different resources, so no order between them holds), and
+			// GitHub refuses a merge while a required status is pending:
+			// every pull request would bounce.
+			if _, warned := r.q.protectionWarned.LoadOrStore("own:"+r.key+"@"+base, true); !warned {
+				r.log.Warn("branch protection requires the merge queue's own status; GitHub refuses every merge while it is pending, so pull requests bounce: remove it from the required checks (logged once per base)",
+					zap.String(logEvent, "mergequeue.protection_own_status"), zap.String("base", base),
+					zap.String("context", r.q.cfg.StatusContext))
 			}
+			req = slices.DeleteFunc(req, r.ownContext)
 		}
-		req = slices.DeleteFunc(req, func(s string) bool { return s == r.q.cfg.StatusContext })
 		if req == nil {
 			req = []string{} // protected, nothing required
 		}
 	}
 	r.required[base] = req
 	return req, nil
+}
+
+// ownContext reports whether a required check (a requiredCheck string) is
+// the queue's own status context.
+func (r *run) ownContext(s string) bool { return parseRequired(s).name == r.q.cfg.StatusContext }
+
+// protectionChecks lists the required checks of a branch protection as
+// requiredCheck strings: its checks, each pinned to the App that must
+// report it when it names one (app_id -1 or absent: any App), then the
+// contexts no check names.
+func protectionChecks(rsc *github.RequiredStatusChecks) []string {
+	var req []string
+	if rsc.Checks != nil {
+		for _, c := range *rsc.Checks {
+			s := requiredCheck{name: c.Context, appID: max(c.GetAppID(), 0)}.String()
+			if !slices.Contains(req, s) {
+				req = append(req, s)
+			}
+		}
+	}
+	if rsc.Contexts != nil {
+		for _, ctx := range *rsc.Contexts {
+			if !slices.ContainsFunc(req, func(s string) bool { return parseRequired(s).name == ctx }) {
+				req = append(req, ctx)
+			}
+		}
+	}
+	return req
 }
 
 // headChecks reads the check runs (the latest of each name) and the
@@ -177,30 +262,20 @@ func (r *run) headChecks(sha string) (runs, statuses []checkState, err error) {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.q.cfg.GitHubTimeout)
 	defer cancel()
-	latest := map[string]*github.CheckRun{}
+	var all []*github.CheckRun
 	opts := &github.ListCheckRunsOptions{ListOptions: github.ListOptions{PerPage: 100}}
 	for {
 		res, resp, err := gh.Checks.ListCheckRunsForRef(ctx, r.owner, r.name, sha, opts)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list the check runs of %s: %w", shortSHA(sha), err)
 		}
-		for _, cr := range res.CheckRuns {
-			if prev := latest[cr.GetName()]; prev == nil || cr.GetID() > prev.GetID() {
-				latest[cr.GetName()] = cr
-			}
-		}
+		all = append(all, res.CheckRuns...)
 		if resp.NextPage == 0 {
 			break
 		}
 		opts.Page = resp.NextPage
 	}
-	for name, cr := range latest {
-		c := cr.GetConclusion()
-		if cr.GetStatus() != "completed" {
-			c = cr.GetStatus()
-		}
-		runs = append(runs, checkState{name: name, state: runState(cr.GetStatus(), cr.GetConclusion()), conclusion: c})
-	}
+	runs = latestRuns(all)
 	lo := &github.ListOptions{PerPage: 100}
 	for {
 		cs, resp, err := gh.Repositories.GetCombinedStatus(ctx, r.owner, r.name, sha, lo)
@@ -219,6 +294,33 @@ func (r *run) headChecks(sha string) (runs, statuses []checkState, err error) {
 		lo.Page = resp.NextPage
 	}
 	return runs, statuses, nil
+}
+
+// latestRuns keeps the latest check run (the highest ID) of each name and
+// App: a check required from one App is judged on that App's run, and
+// one required from any App on every App's.
+func latestRuns(all []*github.CheckRun) []checkState {
+	type key struct {
+		name string
+		app  int64
+	}
+	latest := map[key]*github.CheckRun{}
+	for _, cr := range all {
+		k := key{cr.GetName(), cr.GetApp().GetID()}
+		if prev := latest[k]; prev == nil || cr.GetID() > prev.GetID() {
+			latest[k] = cr
+		}
+	}
+	runs := make([]checkState, 0, len(latest))
+	for k, cr := range latest {
+		c := cr.GetConclusion()
+		if cr.GetStatus() != "completed" {
+			c = cr.GetStatus()
+		}
+		runs = append(runs, checkState{name: k.name, appID: k.app, state: runState(cr.GetStatus(), cr.GetConclusion()), conclusion: c})
+	}
+	slices.SortFunc(runs, func(a, b checkState) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.appID, b.appID)) })
+	return runs
 }
 
 // evaluate reads e's gate from GitHub's current state and applies it:

@@ -67,8 +67,9 @@ type StaleLease struct {
 // crashed mid-event), clears bounced entries whose label is gone, takes
 // out pull requests that were closed, merged or unlabeled, moves entries
 // to their pull request's current head, puts labeled open pull requests
-// that are missing in the queue, re-reads every pending gate, applies the
-// outcome of the head's merge, and rewrites the position statuses. A lease
+// that are missing in the queue, re-reads every pending gate (bouncing
+// those pending for Config.GateTimeout), applies the outcome of the head's
+// merge, and rewrites the position statuses. A lease
 // held by a live holder makes it skip (Report.Skipped, with the holder);
 // webhook processing and reconciles never run on a repository at once.
 func (q *Queue) Reconcile(ctx context.Context, installationID int64, owner, repo string) (Report, error) {

@@ -244,7 +244,9 @@ func (c *change) save(tx *sqlite.Tx) error {
 	return nil
 }
 
-// knownRepos lists the repositories the queue has state for.
+// knownRepos lists the repositories the queue has state for: every
+// repository with entries has a row, so ReconcileAll visits every queue
+// with a pending gate, and a gate that times out bounces with no event.
 func knownRepos(ctx context.Context, db *sqlite.DB) ([]Repository, error) {
 	rows, err := db.Query(ctx, `SELECT installation_id, full_name FROM mergequeue_repos ORDER BY id`)
 	if err != nil {

@@ -446,12 +446,16 @@ func (r *run) bounce(e *entry, reason, advice string) error {
 	return r.status(e, "failure", "Bounced from the merge queue: "+reason, "bounced")
 }
 
-// settle merges the head of the queue once its gate has passed, one pull
-// request at a time, and applies the outcome of its merge operation:
-// merged, the next head may merge; failed, the head is tried again, bounces
-// or (if its head moved meanwhile) is re-evaluated. Then the position
-// statuses follow the queue.
+// settle bounces the entries whose gate timed out (expireGates), merges
+// the head of the queue once its gate has passed, one pull request at a
+// time, and applies the outcome of its merge operation: merged, the next
+// head may merge; failed, the head is tried again, bounces or (if its head
+// moved meanwhile) is re-evaluated. Then the position statuses follow the
+// queue.
 func (r *run) settle() error {
+	if err := r.expireGates(); err != nil {
+		return err
+	}
 	for range len(r.st.entries) + 2 + mergeTries {
 		act := r.active()
 		if len(act) == 0 || act[0].status != StatusGatePassed {

@@ -48,6 +48,7 @@ type serveOptions struct {
 	synchronous                                  string
 	logLevel, logFormat                          string
 	mqLabel, mqChecks, mqMethod                  string
+	mqGateTimeout                                time.Duration
 }
 
 func newServeCmd() *cobra.Command { return serveCmd(&serveOptions{}) }
@@ -74,9 +75,15 @@ prints commands to try. Nothing leaves the loopback interface.
 The merge queue merges pull requests labeled --merge-queue-label one at a
 time, in order, once the checks of their head passed: the checks listed in
 --merge-queue-checks, or else the required checks of the base branch's
-protection (with none, every check reported on the head). It does not update
-branches: where protection requires them up to date, a pull request behind
-its base bounces.
+protection (with none, every check reported on the head). A pull request
+whose checks are still pending --merge-queue-gate-timeout after it joined
+(or was pushed to) bounces, naming the checks it waited for, so that a check
+that never reports does not hold the queue. A name reported both as a check
+run and as a status needs both to pass. Do not make the queue's own status,
+baton/queue, a required check of the branch protection: GitHub would refuse
+every merge. It does not update branches:
+where protection requires them up to date, a pull request behind its base
+bounces.
 
 Every flag can also be set with an environment variable: BATON_ and the
 flag's name in upper case with underscores (--nats-listen: BATON_NATS_LISTEN).
@@ -126,6 +133,7 @@ checks GitHub first when it runs again), then exit 0.`,
 	f.StringVar(&o.mqLabel, "merge-queue-label", mergequeue.DefaultLabel, "label that puts a pull request in the merge queue (at most 50 characters)")
 	f.StringVar(&o.mqChecks, "merge-queue-checks", "", "comma-separated check runs or status contexts a pull request needs before it merges (default: the base branch's required checks)")
 	f.StringVar(&o.mqMethod, "merge-queue-method", mergequeue.DefaultMergeMethod, "how the merge queue merges: merge|squash|rebase")
+	f.DurationVar(&o.mqGateTimeout, "merge-queue-gate-timeout", mergequeue.DefaultGateTimeout, "how long a queued pull request's required checks may stay pending (after it joined or was pushed to) before it bounces, 1m–24h")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	f.StringVar(&o.logFormat, "log-format", "", "log format: json|console (default json; console with --dev)")
 	cliUsageErrors(cmd)
@@ -305,6 +313,10 @@ func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
 	if !slices.Contains(mergequeue.MergeMethods, mq.MergeMethod) {
 		return mq, fmt.Errorf("--merge-queue-method must be merge, squash or rebase, not %q", mq.MergeMethod)
 	}
+	if o.mqGateTimeout < mergequeue.MinGateTimeout || o.mqGateTimeout > mergequeue.MaxGateTimeout {
+		return mq, fmt.Errorf("--merge-queue-gate-timeout must be between 1m and 24h, not %v", o.mqGateTimeout)
+	}
+	mq.GateTimeout = o.mqGateTimeout
 	return mq, nil
 }
 

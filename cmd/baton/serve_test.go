@@ -211,3 +211,53 @@ func TestServeFlagBounds(t *testing.T) {
 		t.Errorf("the bounds: %v", err)
 	}
 }
+
+// --merge-queue-gate-timeout (or its variable) reaches the merge queue's
+// config; a value outside 1m–24h is a usage error.
+func TestServeMergeQueueGateTimeoutFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want time.Duration
+	}{
+		{nil, "", time.Hour},
+		{[]string{"--merge-queue-gate-timeout", "90m"}, "", 90 * time.Minute},
+		{nil, "2h", 2 * time.Hour},
+		{[]string{"--merge-queue-gate-timeout", "15m"}, "2h", 15 * time.Minute},
+	} {
+		if tc.env != "" {
+			t.Setenv("BATON_MERGE_QUEUE_GATE_TIMEOUT", tc.env)
+		}
+		o := &serveOptions{}
+		cmd := serveCmd(o)
+		if err := cmd.Flags().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := envFlags(cmd.Flags()); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config()
+		if err != nil {
+			t.Fatalf("%v (env %q): %v", tc.args, tc.env, err)
+		}
+		if got := cfg.MergeQueue.GateTimeout; got != tc.want {
+			t.Errorf("%v (env %q): gate timeout %v, want %v", tc.args, tc.env, got, tc.want)
+		}
+	}
+	os.Unsetenv("BATON_MERGE_QUEUE_GATE_TIMEOUT")
+	dir := t.TempDir()
+	for _, v := range []string{"0", "-1h", "30s", "25h", "soon"} {
+		args := []string{"serve", "--merge-queue-gate-timeout", v, "--data", dir}
+		if code := run(args); code != 2 {
+			t.Errorf("baton %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+	o := &serveOptions{}
+	cmd := serveCmd(o)
+	if err := cmd.Flags().Parse([]string{"--merge-queue-gate-timeout", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--merge-queue-gate-timeout must be between 1m and 24h") {
+		t.Errorf("a gate timeout of 0: %v", err)
+	}
+}
