@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,11 +35,6 @@ type gate struct {
 	detail string
 }
 
-// requiredSep separates a required check's name from the App that must
-// report it in the strings requiredChecks returns (and run.required
-// caches): "ci" is ci from any App, "ci\x00123" ci from App 123 only.
-const requiredSep = "\x00"
-
 // requiredCheck is one check a gate requires: a name and the App that
 // must report it as a check run (0: any App).
 type requiredCheck struct {
@@ -49,46 +42,29 @@ type requiredCheck struct {
 	appID int64
 }
 
-func (c requiredCheck) String() string {
-	if c.appID > 0 {
-		return c.name + requiredSep + strconv.FormatInt(c.appID, 10)
-	}
-	return c.name
-}
-
-func parseRequired(s string) requiredCheck {
-	name, app, ok := strings.Cut(s, requiredSep)
-	if !ok {
-		return requiredCheck{name: s}
-	}
-	id, _ := strconv.ParseInt(app, 10, 64)
-	return requiredCheck{name: name, appID: max(id, 0)}
-}
-
 // evaluateGate decides a gate from the checks reported on a head. With
-// required checks (requiredCheck strings), it passes when each has
-// succeeded and fails when one has failed; otherwise (required is nil)
-// every reported check counts and at least one must have reported. As on
+// required checks, it passes when each has succeeded and fails when one
+// has failed; otherwise (required is nil) every reported check counts and
+// at least one must have reported. As on
 // GitHub, a name reported both as a check run and as a status needs both:
 // it has failed when any report of it failed, is pending while any is
 // pending, and has succeeded only when every report succeeded. A check
 // required from one App counts only that App's check runs (statuses,
 // which name no App, always count).
-func evaluateGate(required []string, runs, statuses []checkState) gate {
+func evaluateGate(required []requiredCheck, runs, statuses []checkState) gate {
 	if required == nil {
 		for _, c := range slices.Concat(runs, statuses) {
-			if !slices.Contains(required, c.name) {
-				required = append(required, c.name)
+			if !slices.ContainsFunc(required, func(rc requiredCheck) bool { return rc.name == c.name }) {
+				required = append(required, requiredCheck{name: c.name})
 			}
 		}
 		if len(required) == 0 {
 			return gate{result: GatePending, detail: "no checks reported yet"}
 		}
-		sort.Strings(required)
+		slices.SortFunc(required, func(a, b requiredCheck) int { return cmp.Compare(a.name, b.name) })
 	}
 	var failed, pending, passed []string
-	for _, s := range required {
-		rc := parseRequired(s)
+	for _, rc := range required {
 		var reported bool
 		var fail, wait *checkState
 		count := func(c *checkState) {
@@ -156,15 +132,19 @@ func statusState(state string) string {
 	return GatePending
 }
 
-// requiredChecks returns the checks a gate on base requires, as
-// requiredCheck strings: the configured list, or the required status
-// checks of base's protection (each pinned to the App it names); nil when
+// requiredChecks returns the checks a gate on base requires: the
+// configured list (each from any App), or the required status checks of
+// base's protection (each pinned to the App it names); nil when
 // base is not protected (every reported check counts then). The queue's
 // own status context is never required; a protection that requires it is
 // named to the operator once per base.
-func (r *run) requiredChecks(base string) ([]string, error) {
-	if len(r.q.cfg.RequiredChecks) > 0 {
-		return r.q.cfg.RequiredChecks, nil
+func (r *run) requiredChecks(base string) ([]requiredCheck, error) {
+	if names := r.q.cfg.RequiredChecks; len(names) > 0 {
+		req := make([]requiredCheck, len(names))
+		for i, n := range names {
+			req[i] = requiredCheck{name: n}
+		}
+		return req, nil
 	}
 	if req, ok := r.required[base]; ok {
 		return req, nil
@@ -176,7 +156,7 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.q.cfg.GitHubTimeout)
 	defer cancel()
 	rsc, resp, err := gh.Repositories.GetRequiredStatusChecks(ctx, r.owner, r.name, base)
-	var req []string
+	var req []requiredCheck
 	switch {
 	case errors.Is(err, github.ErrBranchNotProtected), err != nil && resp != nil && resp.StatusCode == http.StatusNotFound:
 		req = nil
@@ -218,35 +198,34 @@ func (r *run) requiredChecks(base string) ([]string, error) {
 			req = slices.DeleteFunc(req, r.ownContext)
 		}
 		if req == nil {
-			req = []string{} // protected, nothing required
+			req = []requiredCheck{} // protected, nothing required
 		}
 	}
 	r.required[base] = req
 	return req, nil
 }
 
-// ownContext reports whether a required check (a requiredCheck string) is
-// the queue's own status context.
-func (r *run) ownContext(s string) bool { return parseRequired(s).name == r.q.cfg.StatusContext }
+// ownContext reports whether a required check is the queue's own status
+// context.
+func (r *run) ownContext(rc requiredCheck) bool { return rc.name == r.q.cfg.StatusContext }
 
-// protectionChecks lists the required checks of a branch protection as
-// requiredCheck strings: its checks, each pinned to the App that must
-// report it when it names one (app_id -1 or absent: any App), then the
-// contexts no check names.
-func protectionChecks(rsc *github.RequiredStatusChecks) []string {
-	var req []string
+// protectionChecks lists the required checks of a branch protection: its
+// checks, each pinned to the App that must report it when it names one
+// (app_id -1 or absent: any App), then the contexts no check names.
+func protectionChecks(rsc *github.RequiredStatusChecks) []requiredCheck {
+	var req []requiredCheck
 	if rsc.Checks != nil {
 		for _, c := range *rsc.Checks {
-			s := requiredCheck{name: c.Context, appID: max(c.GetAppID(), 0)}.String()
-			if !slices.Contains(req, s) {
-				req = append(req, s)
+			rc := requiredCheck{name: c.Context, appID: max(c.GetAppID(), 0)}
+			if !slices.Contains(req, rc) {
+				req = append(req, rc)
 			}
 		}
 	}
 	if rsc.Contexts != nil {
 		for _, ctx := range *rsc.Contexts {
-			if !slices.ContainsFunc(req, func(s string) bool { return parseRequired(s).name == ctx }) {
-				req = append(req, ctx)
+			if !slices.ContainsFunc(req, func(rc requiredCheck) bool { return rc.name == ctx }) {
+				req = append(req, requiredCheck{name: ctx})
 			}
 		}
 	}

@@ -7,6 +7,19 @@ import (
 	"github.com/google/go-github/v62/github"
 )
 
+// reqs returns the checks named, each required from any App; nil (every
+// reported check counts) for nil names, empty for empty names.
+func reqs(names ...string) []requiredCheck {
+	if names == nil {
+		return nil
+	}
+	req := make([]requiredCheck, len(names))
+	for i, n := range names {
+		req[i] = requiredCheck{name: n}
+	}
+	return req
+}
+
 func TestEvaluateGate(t *testing.T) {
 	t.Parallel()
 	run := func(name, status, conclusion string) checkState {
@@ -43,7 +56,7 @@ func TestEvaluateGate(t *testing.T) {
 		{"unprotected: any failure", nil, []checkState{run("a", "completed", "success"), run("b", "completed", "failure")}, nil, GateFailure, "failed: b (failure)"},
 		{"unprotected: nothing reported yet", nil, nil, nil, GatePending, "no checks reported yet"},
 	} {
-		g := evaluateGate(c.required, c.runs, c.statuses)
+		g := evaluateGate(reqs(c.required...), c.runs, c.statuses)
 		if g.result != c.want || !strings.Contains(g.detail, c.detail) {
 			t.Errorf("%s: %+v, want %s (%q)", c.name, g, c.want, c.detail)
 		}
@@ -55,10 +68,10 @@ func TestSameNameBothRequired(t *testing.T) {
 	run := checkState{name: "ci", state: runState("completed", "failure"), conclusion: "failure"}
 	pend := checkState{name: "ci", state: runState("in_progress", ""), conclusion: "in_progress"}
 	st := checkState{name: "ci", state: statusState("success"), conclusion: "success"}
-	if g := evaluateGate([]string{"ci"}, []checkState{run}, []checkState{st}); g.result != GateFailure {
+	if g := evaluateGate(reqs("ci"), []checkState{run}, []checkState{st}); g.result != GateFailure {
 		t.Errorf("%+v", g)
 	}
-	if g := evaluateGate([]string{"ci"}, []checkState{pend}, []checkState{st}); g.result != GatePending {
+	if g := evaluateGate(reqs("ci"), []checkState{pend}, []checkState{st}); g.result != GatePending {
 		t.Errorf("%+v", g)
 	}
 }
@@ -98,7 +111,7 @@ func TestGateRequiredFromApp(t *testing.T) {
 	} {
 		req := protectionChecks(rsc(c.app))
 		if len(req) != 1 {
-			t.Fatalf("%s: required %q", c.name, req)
+			t.Fatalf("%s: required %+v", c.name, req)
 		}
 		g := evaluateGate(req, latestRuns(c.runs), nil)
 		if g.result != c.want || !strings.Contains(g.detail, c.detail) {

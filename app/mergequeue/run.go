@@ -71,7 +71,7 @@ type run struct {
 	changed     bool // the repository row must be written
 
 	gh       *github.Client
-	required map[string][]string
+	required map[string][]requiredCheck
 }
 
 // withRepo runs fn under the repository's lease and commits what it
@@ -96,7 +96,7 @@ func (q *Queue) withRepo(ctx context.Context, inst int64, owner, name string, tr
 
 	r := &run{
 		q: q, ctx: work, lease: lease, trig: trig, owner: owner, name: name, inst: inst,
-		key: nameKey(owner, name), now: q.cfg.Clock.Now().UTC(), required: map[string][]string{},
+		key: nameKey(owner, name), now: q.cfg.Clock.Now().UTC(), required: map[string][]requiredCheck{},
 	}
 	r.log = q.log.With(zap.String(logRepository, owner+"/"+name), zap.Int64(logInstallation, inst), zap.String(logTrigger, trig.key))
 	if trig.deliveryID != "" {
