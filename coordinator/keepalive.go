@@ -70,7 +70,7 @@ func (c *Coordinator) keepAlive(ctx context.Context, cancel context.CancelCauseF
 		c.metrics.lost.Inc()
 		c.log.Warn("lease lost; holder cancelled",
 			zap.String(fieldEvent, eventLost), zap.String(fieldLeaseKey, l.Key),
-			zap.String(fieldOwner, l.Owner), zap.Int64(fieldToken, l.Token),
+			zap.String(fieldOwner, LogOwner(l.Owner)), zap.Int64(fieldToken, l.Token),
 			zap.String(fieldReason, string(e.Reason)), zap.NamedError("cause", e.Err))
 	}
 	if err := l.AssertOwned(); err != nil {
@@ -128,7 +128,7 @@ func (c *Coordinator) keepAlive(ctx context.Context, cancel context.CancelCauseF
 		wait := min(backoff, l.Deadline().Sub(c.clock.Now()))
 		c.log.Warn("lease renewal failed; retrying",
 			zap.String(fieldEvent, eventRenewRetry), zap.String(fieldLeaseKey, l.Key),
-			zap.String(fieldOwner, l.Owner), zap.Int64(fieldToken, l.Token),
+			zap.String(fieldOwner, LogOwner(l.Owner)), zap.Int64(fieldToken, l.Token),
 			zap.Duration(fieldRetryIn, wait), zap.Error(err))
 		timer.Reset(max(wait, 0))
 	}

@@ -204,8 +204,8 @@ func (c *Coordinator) acquire(ctx context.Context, key, owner string, ttl time.D
 	if p := g.Preempted; p != nil {
 		c.log.Info("expired lease taken over",
 			zap.String(fieldEvent, eventPreempted), zap.String(fieldLeaseKey, key),
-			zap.String(fieldOwner, owner), zap.Int64(fieldToken, g.Token),
-			zap.String(fieldPrevOwner, p.Owner), zap.Int64(fieldPrevToken, p.Token),
+			zap.String(fieldOwner, LogOwner(owner)), zap.Int64(fieldToken, g.Token),
+			zap.String(fieldPrevOwner, LogOwner(p.Owner)), zap.Int64(fieldPrevToken, p.Token),
 			zap.Duration(fieldExpiredFor, p.ExpiredFor))
 	}
 	return l, nil

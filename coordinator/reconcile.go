@@ -51,7 +51,7 @@ func (c *Coordinator) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			c.metrics.forceReleased.Inc()
 			c.log.Warn("dead lease force-released",
 				zap.String(fieldEvent, eventForceReleased), zap.String(fieldLeaseKey, st.Key),
-				zap.String(fieldOwner, st.Owner), zap.Int64(fieldToken, st.Token),
+				zap.String(fieldOwner, LogOwner(st.Owner)), zap.Int64(fieldToken, st.Token),
 				zap.Duration(fieldTTL, st.TTL), zap.Duration(fieldExpiredFor, st.ExpiredFor))
 		}
 		rep.Released = append(rep.Released, released...)
@@ -64,7 +64,7 @@ func (c *Coordinator) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	for _, st := range rep.Stale {
 		c.log.Info("expired lease not yet dead",
 			zap.String(fieldEvent, eventStale), zap.String(fieldLeaseKey, st.Key),
-			zap.String(fieldOwner, st.Owner), zap.Int64(fieldToken, st.Token),
+			zap.String(fieldOwner, LogOwner(st.Owner)), zap.Int64(fieldToken, st.Token),
 			zap.Duration(fieldTTL, st.TTL), zap.Duration(fieldExpiredFor, st.ExpiredFor))
 	}
 	return rep, nil

@@ -291,7 +291,7 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	}
 	if lease.Preempted != nil {
 		log.Info("took over an expired lease", zap.String(LogEvent, "lease_preempted"),
-			zap.String("previousOwner", lease.Preempted.Owner), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
+			zap.String("previousOwner", coordinator.LogOwner(lease.Preempted.Owner)), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
 	}
 	leave := e.turns.enter(rec.Resource.Key())
 	defer leave() // also when the lease was lost

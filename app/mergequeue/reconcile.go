@@ -100,7 +100,7 @@ func (q *Queue) reconcile(ctx context.Context, inst int64, owner, repo string, c
 		rep.Skipped, rep.LeaseOwner, rep.LeaseExpiresInSeconds = true, holder, left.Seconds()
 		rep.SkipReason = fmt.Sprintf("the repository lease is held by %s (%s left)", holder, left.Round(time.Millisecond))
 		log.Info("reconcile skipped: the repository lease is held", zap.String(logEvent, "mergequeue.reconcile_skipped"),
-			zap.String(logLeaseOwner, holder), zap.Duration("expiresIn", left))
+			zap.String(logLeaseOwner, coordinator.LogOwner(holder)), zap.Duration("expiresIn", left))
 		return rep, nil
 	}
 	st, err := q.cfg.Leases.Check(ctx, LeaseKey(owner, repo))
@@ -143,7 +143,7 @@ func (r *run) reconcile(rep *Report) error {
 			Dead: p.ExpiredFor > r.q.cfg.StaleLeaseAfter}
 		if rep.StaleLease.Dead {
 			r.log.Warn("dead repository lease force-released", zap.String(logEvent, "mergequeue.stale_lease_released"),
-				zap.String(logLeaseOwner, p.Owner), zap.Duration("expiredFor", p.ExpiredFor))
+				zap.String(logLeaseOwner, coordinator.LogOwner(p.Owner)), zap.Duration("expiredFor", p.ExpiredFor))
 		}
 		r.note("took over the lease of %s, expired for %s", p.Owner, p.ExpiredFor.Round(time.Second))
 	}

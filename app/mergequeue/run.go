@@ -89,7 +89,7 @@ func (q *Queue) withRepo(ctx context.Context, inst int64, owner, name string, tr
 	defer q.release(ctx, lease)
 	if p := lease.Preempted; p != nil {
 		q.log.Warn("expired repository lease taken over", zap.String(logEvent, "mergequeue.lease_taken_over"),
-			zap.String(logRepository, owner+"/"+name), zap.String(logLeaseOwner, p.Owner), zap.Duration("expiredFor", p.ExpiredFor))
+			zap.String(logRepository, owner+"/"+name), zap.String(logLeaseOwner, coordinator.LogOwner(p.Owner)), zap.Duration("expiredFor", p.ExpiredFor))
 	}
 	work, stop := q.cfg.Leases.KeepAlive(ctx, lease)
 	defer stop()
