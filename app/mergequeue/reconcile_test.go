@@ -169,9 +169,22 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 2, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the webhook holds the lease", func() bool {
+	// The lease held by that label's delivery, not by another delivery
+	// of the repository (a status baton posted, say) that ends at once and
+	// lets the reconcile in.
+	var labeled string
+	waitFor(t, 10*time.Second, "#2's label delivered", func() bool {
+		for _, d := range s.sim.Deliveries() {
+			if d.Event == "pull_request" && d.Action == "labeled" && strings.Contains(string(d.Payload), `"full_name":"octo/`+repo+`"`) &&
+				strings.Contains(string(d.Payload), `"number":2,`) {
+				labeled = d.GUID
+			}
+		}
+		return labeled != ""
+	})
+	waitFor(t, 10*time.Second, "#2's label delivery holds the lease", func() bool {
 		st, err := s.coord.Check(ctx, mergequeue.LeaseKey("octo", repo))
-		return err == nil && strings.HasPrefix(st.Owner, "mergequeue:delivery:")
+		return err == nil && st.Owner == "mergequeue:delivery:"+labeled
 	})
 	skipped, err := s.q.Reconcile(ctx, 1, "octo", repo)
 	if err != nil {
