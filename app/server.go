@@ -573,14 +573,12 @@ func (s *Server) Stop(ctx context.Context) error {
 // the queue and the database still close cleanly.
 func (s *Server) stopAll(ctx context.Context) error {
 	var errs []error
-	late := false
 	if s.http != nil {
 		s.api.EndWaits()
 		if err := s.http.Shutdown(ctx); err != nil {
 			if ctx.Err() == nil {
 				errs = append(errs, fmt.Errorf("http: %w", err))
 			}
-			late = true
 			_ = s.http.Close() // the requests still running are cut
 		}
 		s.serveWG.Wait()
@@ -599,7 +597,7 @@ func (s *Server) stopAll(ctx context.Context) error {
 		}
 	}
 	s.stops = nil
-	if late || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		s.log.Warn("the shutdown deadline passed: work still running was cut short and goes back to the queue",
 			zap.String("event", "shutdown_deadline"))
 	}
