@@ -232,9 +232,9 @@ func CheckSettings(label string, requiredChecks []string, mergeMethod string) er
 		cmp.Or(mergeMethod, DefaultMergeMethod), DefaultStatusContext)
 }
 
-// CheckGateTimeout checks a Config.GateTimeout an operator gives the
-// queue (baton serve's flag) as New would, 0 (the default) aside: between
-// MinGateTimeout and MaxGateTimeout.
+// CheckGateTimeout checks a Config.GateTimeout as New would, 0 (the
+// default) aside: between MinGateTimeout and MaxGateTimeout. The server
+// calls it before it starts anything (serve refuses 0 itself).
 func CheckGateTimeout(d time.Duration) error {
 	if d != 0 && (d < MinGateTimeout || d > MaxGateTimeout) {
 		return fmt.Errorf("want %s <= GateTimeout <= %s, not %s", formatDuration(MinGateTimeout), formatDuration(MaxGateTimeout), d)
