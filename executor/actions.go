@@ -365,7 +365,11 @@ func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Rec
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := c.Do(ctx, req, nil)
+	// GitHub answers the removal with the labels that remain on the
+	// issue; they are recorded as they are (a list asked for afterwards
+	// would cost a request and could lag behind the removal).
+	var remaining []*github.Label
+	resp, err := c.Do(ctx, req, &remaining)
 	if err != nil {
 		var ere *github.ErrorResponse
 		if resp != nil && resp.StatusCode == http.StatusNotFound && asErrorResponse(err, &ere) &&
@@ -373,14 +377,14 @@ func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Rec
 			// Absent is the state asked for: removing is idempotent.
 			return labelsResult{Labels: nil}, resp, nil
 		}
+		if resp != nil && resp.StatusCode == http.StatusOK {
+			// The removal happened; only its answer could not be read,
+			// and the label list is only informative.
+			return labelsResult{Labels: nil}, resp, nil
+		}
 		return nil, resp, err
 	}
-	have, _, lerr := issueLabels(ctx, c, t)
-	if lerr != nil {
-		// The removal happened; the label list is only informative.
-		have = nil
-	}
-	return labelsResult{Labels: have}, resp, nil
+	return labelsResult{Labels: labelNames(remaining)}, resp, nil
 }
 
 // labelPath escapes a label name for the URL path. Each part between

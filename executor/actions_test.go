@@ -381,3 +381,41 @@ func TestCommentProbeSkipsOlderComments(t *testing.T) {
 		}
 	}
 }
+
+// remove_label records the labels GitHub's answer to the removal lists
+// (the remaining labels, as GitHub documents), without a second request
+// whose list could lag behind the removal.
+func TestRemoveLabelRecordsTheAnswersLabels(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		gets int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			gets++
+			mu.Unlock()
+			_, _ = w.Write([]byte(`[{"name":"kept"},{"name":"bug"}]`)) // a list not yet caught up
+			return
+		}
+		_, _ = w.Write([]byte(`[{"name":"kept"}]`))
+	}))
+	t.Cleanup(srv.Close)
+	c := github.NewClient(srv.Client())
+	c.BaseURL, _ = url.Parse(srv.URL + "/")
+	tg := schema.Target{Owner: "octo", Repo: "demo", Number: 12}
+	res, _, err := (removeLabelAction{}).do(context.Background(), c, &schema.Record{}, tg, &schema.RemoveLabelPayload{Label: "bug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.(labelsResult).Labels; !slices.Equal(got, []string{"kept"}) {
+		t.Errorf("labels %q, want the answer's [kept]", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if gets != 0 {
+		t.Errorf("%d further requests after the removal, want none", gets)
+	}
+}
