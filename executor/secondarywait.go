@@ -37,14 +37,18 @@ func (t secondaryWaitTransport) RoundTrip(req *http.Request) (*http.Response, er
 
 // secondaryRefusal reports whether a 403's body says a secondary rate
 // limit, by its documentation_url (as go-github tells it) or its message.
-// It reads at most 64 KiB of the body and puts back what it read.
+// It reads at most 64 KiB of the body and puts back what it read, ahead
+// of whatever of the body it did not read.
 func secondaryRefusal(r *http.Response) bool {
 	if r.Body == nil || r.Body == http.NoBody {
 		return false
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	_ = r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(b))
+	orig := r.Body
+	b, err := io.ReadAll(io.LimitReader(orig, 64<<10))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), orig), orig}
 	if err != nil {
 		return false
 	}
