@@ -150,7 +150,9 @@
 // Retry-After, added latency, a connection dropped before the request is
 // applied, one dropped after it was applied and logged, or a merge refused
 // with 405 "Base branch was modified" (FaultBaseModified, not applied, as
-// GitHub answers a merge that comes just after its base moved). A fault fires on
+// GitHub answers a merge that comes just after its base moved) or with 405
+// "Merge already in progress" (FaultMergeInProgress, not applied, as GitHub
+// answers a merge while an earlier one is being carried out). A fault fires on
 // the next Count matching requests, or on a random fraction (Probability,
 // seeded by Config.Seed), or always until cleared. Note that Go's HTTP
 // client itself retries idempotent requests (GET, HEAD) whose reused

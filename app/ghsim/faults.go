@@ -37,6 +37,10 @@ const (
 	// modified. Review and try the merge again.", without applying it: what
 	// GitHub says to a merge that comes just after its base moved.
 	FaultBaseModified FaultKind = "base_modified"
+	// FaultMergeInProgress answers a merge with GitHub's 405 "Merge already
+	// in progress", without applying it: what GitHub says to a merge of a
+	// pull request while an earlier merge of it is still being carried out.
+	FaultMergeInProgress FaultKind = "merge_in_progress"
 )
 
 // Fault is a fault injected into the REST requests that match Route.
@@ -115,7 +119,7 @@ func (s *Sim) SetFault(f Fault) (string, error) {
 		if f.Status < 500 || f.Status > 599 {
 			return "", fmt.Errorf("ghsim: fault status %d is not a 5xx: %w", f.Status, ErrInvalid)
 		}
-	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter, FaultBaseModified:
+	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter, FaultBaseModified, FaultMergeInProgress:
 	case FaultLatency:
 		if f.Latency <= 0 {
 			return "", fmt.Errorf("ghsim: latency fault without Latency: %w", ErrInvalid)
@@ -254,10 +258,14 @@ func (ft *fault) matches(method string, segs []string, inst int64) bool {
 	return len(segs) == len(ft.pattern)
 }
 
-// response is the answer of a status, 429 or base-modified fault.
+// response is the answer of a status, 429, base-modified or
+// merge-in-progress fault.
 func (a faultAction) response() response {
-	if a.kind == FaultBaseModified {
+	switch a.kind {
+	case FaultBaseModified:
 		return errResponse(http.StatusMethodNotAllowed, "Base branch was modified. Review and try the merge again.", docsRoot)
+	case FaultMergeInProgress:
+		return errResponse(http.StatusMethodNotAllowed, "Merge already in progress", docsRoot)
 	}
 	if a.kind == FaultTooManyRequests {
 		resp := errResponse(http.StatusTooManyRequests, "Too Many Requests", docsRoot)

@@ -154,7 +154,7 @@ func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
 		}
 	}
 	switch act.kind {
-	case FaultStatus, FaultTooManyRequests, FaultBaseModified:
+	case FaultStatus, FaultTooManyRequests, FaultBaseModified, FaultMergeInProgress:
 		s.write(c, act.response())
 		return
 	case FaultDropBefore:
