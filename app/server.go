@@ -503,10 +503,7 @@ func (s *Server) onFinished(rec schema.Record) {
 
 func (s *Server) readiness() []ReadinessCheck {
 	return []ReadinessCheck{
-		{Name: "store", Check: func(ctx context.Context) error {
-			var one int
-			return s.db.QueryRow(ctx, `SELECT 1`).Scan(&one)
-		}},
+		{Name: "store", Check: s.db.Ready},
 		{Name: "queue", Check: func(context.Context) error { return s.broker.Ready() }},
 		{Name: "consumers", Check: func(context.Context) error {
 			if s.consumer == nil {

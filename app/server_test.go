@@ -21,6 +21,7 @@ import (
 
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -138,6 +139,54 @@ func TestServerDev(t *testing.T) {
 		if !strings.Contains(string(metrics), name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
+	}
+}
+
+// /readyz says the store is unavailable while it cannot keep writes (here
+// a database capped at its size, as a full disk does), although it still
+// answers reads, and ready again once it can, with nothing written in
+// between: a load balancer stops sending submissions that would fail.
+func TestServerReadinessWhenStoreIsFull(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServer(t, Config{Dev: true, DataDir: dir})
+	c, err := client.New(srv.URL(), client.WithToken(srv.Dev().Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r, err := c.Ready(ctx); err != nil || r.Checks["store"] != "ok" {
+		t.Fatalf("readyz at start: %+v %v", r, err)
+	}
+	var pages int
+	if err := srv.db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.db.Write(ctx, func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+1))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"body": strings.Repeat("x", 60000)})
+	if _, _, err := c.Submit(ctx, client.SubmitRequest{IdempotencyKey: "full-1", Action: schema.ActionComment,
+		Resource: schema.Resource{Type: "issue", ID: "octo/demo#10"}, Payload: body}); err == nil {
+		t.Fatal("a submission into a full store was accepted")
+	}
+	r, err := c.Ready(ctx)
+	if err == nil || r.Status != "unavailable" || !strings.Contains(r.Checks["store"], "full") {
+		t.Errorf("readyz while the store cannot write: %+v %v", r, err)
+	}
+	if err := srv.db.Write(ctx, func(tx *sqlite.Tx) error {
+		if _, err := tx.Exec(`PRAGMA max_page_count = 1073741823`); err != nil {
+			return err
+		}
+		return errors.New("roll back: lift the cap without a commit")
+	}); err == nil {
+		t.Fatal("the write that lifts the cap committed")
+	}
+	if r, err := c.Ready(ctx); err != nil || r.Status != "ready" {
+		t.Errorf("readyz once the store writes again: %+v %v", r, err)
 	}
 }
 

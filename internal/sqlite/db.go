@@ -74,6 +74,17 @@ type DB struct {
 	runNanos    atomic.Int64 // time spent running write functions
 	commitNanos atomic.Int64 // time spent committing
 	rstmts      sync.Map     // query → *sql.Stmt on the read pool
+
+	// failure is the last write the store itself could not keep (a full
+	// disk, an I/O error, a read-only file), until a probe of Ready
+	// commits; nil while writes succeed.
+	failure atomic.Pointer[storageFailure]
+}
+
+// storageFailure is a write SQLite could not keep for want of storage.
+type storageFailure struct {
+	err error
+	at  time.Time
 }
 
 type request struct {
@@ -395,8 +406,62 @@ func (db *DB) commit(batch []*request) {
 	}
 	db.commitNanos.Add(int64(time.Since(t1)))
 	for i, r := range batch {
+		if storageError(errs[i]) {
+			db.failure.Store(&storageFailure{err: errs[i], at: time.Now()})
+		}
 		r.done <- errs[i]
 	}
+}
+
+// storageError reports whether err is SQLite failing to store: a full disk
+// (or database), an I/O error, a read-only or unopenable file, corruption.
+func storageError(err error) bool {
+	var se *driver.Error
+	if err == nil || !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return true
+	}
+	return false
+}
+
+// Ready reports whether the database answers reads and takes writes. While
+// writes succeed it costs one read. Once a write failed in SQLite itself
+// for want of storage (a full disk, an I/O error, a read-only file), Ready
+// returns that failure until a probe write of its own — a row of a few
+// pages, written and deleted in one committed transaction — succeeds, so
+// that it says ready again as soon as the store takes writes, even on a
+// server nobody writes to; a small write that happens to fit does not
+// clear it.
+func (db *DB) Ready(ctx context.Context) error {
+	var one int
+	if err := db.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("sqlite: read: %w", err)
+	}
+	f := db.failure.Load()
+	if f == nil {
+		return nil
+	}
+	err := db.Write(ctx, func(tx *Tx) error {
+		// schema_migrations has no reader that could see the row: it is
+		// gone before the transaction commits.
+		if _, err := tx.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (-1, zeroblob(16384), 0)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`DELETE FROM schema_migrations WHERE version = -1`)
+		return err
+	})
+	if err == nil {
+		db.failure.CompareAndSwap(f, nil)
+		return nil
+	}
+	if storageError(err) {
+		return fmt.Errorf("sqlite: writes fail (since %s): %w", f.at.UTC().Format(time.RFC3339), err)
+	}
+	return fmt.Errorf("sqlite: writes failed at %s (%w); checking again: %w", f.at.UTC().Format(time.RFC3339), f.err, err)
 }
 
 // inSavepoint runs fn in a savepoint of the batch's transaction, rolled

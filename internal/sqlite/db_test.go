@@ -308,3 +308,62 @@ func TestBatchTransactionLost(t *testing.T) {
 		})
 	}
 }
+
+// Ready says the store is not ready while writes fail for want of storage
+// (here a database capped at its size, as a full disk would), even though
+// reads and small writes that fit still succeed, and ready again once a
+// write would be kept, without anyone else writing.
+func TestReadyReportsFailingWrites(t *testing.T) {
+	t.Parallel()
+	db := openTest(t)
+	ctx := context.Background()
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("Ready on a fresh database: %v", err)
+	}
+	var pages int
+	if err := db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+1))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES ('big', zeroblob(100000))`)
+		return err
+	})
+	var se *driver.Error
+	if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_FULL {
+		t.Fatalf("write into a full database: %v, want SQLITE_FULL", err)
+	}
+	// A small write still fits; the store is not ready for all that.
+	if err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES ('small', 1)`)
+		return err
+	}); err != nil {
+		t.Fatalf("small write: %v", err)
+	}
+	if err := db.Ready(ctx); !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_FULL {
+		t.Fatalf("Ready while writes fail: %v, want an error carrying SQLITE_FULL", err)
+	}
+	// Lift the cap without committing anything (the pragma is the
+	// connection's): Ready's own probe finds the store writable again.
+	errNoCommit := errors.New("no commit")
+	if err := db.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.Exec(`PRAGMA max_page_count = 1073741823`); err != nil {
+			return err
+		}
+		return errNoCommit
+	}); !errors.Is(err, errNoCommit) {
+		t.Fatal(err)
+	}
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("Ready once writes are kept again: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version < 1`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("probe rows left in schema_migrations: %d (%v)", n, err)
+	}
+}
