@@ -3,11 +3,13 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-github/v62/github"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
@@ -226,4 +228,74 @@ func TestTurnstileLeaveEndsOnlyItsOwnTurn(t *testing.T) {
 	default:
 		t.Fatal("the waiter was not woken when the second holder left")
 	}
+}
+
+// Cancelling a queued operation makes it terminal without Process: it is
+// counted among the finished operations (baton_executor_operations_finished_total,
+// outcome cancelled), and the OnFinished hook hears of it, as it does of
+// every other terminal operation, so that a feature waiting on the outcome
+// (the merge queue on its merge) is not left waiting for its next event.
+func TestCancelQueuedCountsAsFinished(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	finished := make(chan schema.Record, 4)
+	s := newStack(t, stackOptions{exec: Config{Registerer: reg, OnFinished: func(r schema.Record) { finished <- r }}})
+	ctx := context.Background()
+	// Someone else holds the issue: the operation stays queued.
+	if _, err := s.coord.Acquire(ctx, issue(10).Key(), "someone-else", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "cancel-queued", schema.ActionComment, issue(10), `{"body":"never"}`)
+	got, err := s.exec.Cancel(ctx, rec.OperationID)
+	if err != nil || got.Status != schema.StatusCancelled {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	select {
+	case r := <-finished:
+		if r.OperationID != rec.OperationID || r.Status != schema.StatusCancelled {
+			t.Errorf("OnFinished got %s %s", r.OperationID, r.Status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("OnFinished never heard of the cancelled operation")
+	}
+	if n := finishedCount(t, reg, schema.ActionComment, "cancelled"); n != 1 {
+		t.Errorf("operations finished (cancelled) = %v, want 1", n)
+	}
+	// Cancelling it again changes nothing and counts nothing.
+	if _, err := s.exec.Cancel(ctx, rec.OperationID); !errors.Is(err, schema.ErrAlreadyTerminal) {
+		t.Errorf("second cancel: %v", err)
+	}
+	if n := finishedCount(t, reg, schema.ActionComment, "cancelled"); n != 1 {
+		t.Errorf("after a second cancel: operations finished (cancelled) = %v, want 1", n)
+	}
+	select {
+	case r := <-finished:
+		t.Errorf("OnFinished heard of %s again", r.OperationID)
+	default:
+	}
+}
+
+// finishedCount reads baton_executor_operations_finished_total{action, outcome}
+// from reg (0 when absent).
+func finishedCount(t *testing.T, reg *prometheus.Registry, action, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "baton_executor_operations_finished_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["action"] == action && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -97,8 +97,10 @@ type Config struct {
 	// registers none.
 	Registerer prometheus.Registerer
 	// OnFinished, if set, is called with every record Process makes
-	// terminal, after it is saved. It runs on the worker: it must return
-	// quickly (hand the record to a goroutine of its own for real work).
+	// terminal, after it is saved, and with every queued record Cancel
+	// makes cancelled. It runs on the worker (or the caller of Cancel): it
+	// must return quickly (hand the record to a goroutine of its own for
+	// real work).
 	// Features built on operations (the merge queue) learn outcomes here.
 	OnFinished func(schema.Record)
 }
@@ -280,6 +282,13 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 	if err == nil {
 		e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),
 			zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))
+	}
+	if err == nil && rec.Status == schema.StatusCancelled {
+		// Cancelled while queued: terminal now, without Process.
+		e.metrics.finished(&rec)
+		if f := e.cfg.OnFinished; f != nil {
+			f(rec.Clone())
+		}
 	}
 	return rec, err
 }
