@@ -279,22 +279,32 @@ func TestCancelQueuedCountsAsFinished(t *testing.T) {
 // from reg (0 when absent).
 func finishedCount(t *testing.T, reg *prometheus.Registry, action, outcome string) float64 {
 	t.Helper()
+	return counterValue(t, reg, "baton_executor_operations_finished_total", map[string]string{"action": action, "outcome": outcome})
+}
+
+// counterValue reads the counter name{labels} from reg (0 when absent).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "baton_executor_operations_finished_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	metric:
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				have[l.GetName()] = l.GetValue()
 			}
-			if labels["action"] == action && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
+			for k, v := range labels {
+				if have[k] != v {
+					continue metric
+				}
 			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

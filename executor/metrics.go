@@ -11,6 +11,7 @@ type metrics struct {
 	finishedOps *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
 	submitted   *prometheus.CounterVec
+	attempts    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,9 +29,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "baton_executor_operations_submitted_total",
 			Help: "Submissions, by whether they created a new operation.",
 		}, []string{"created"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_executor_attempts_total",
+			Help: "Calls to GitHub that operations made (probes not counted), by action and result: ok, or the error category (server_error, rate_limited, conflict, ...).",
+		}, []string{"action", "result"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.finishedOps, m.durations, m.submitted} {
+		for _, c := range []prometheus.Collector{m.finishedOps, m.durations, m.submitted, m.attempts} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

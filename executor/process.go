@@ -654,6 +654,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		last.HTTPStatus, last.RequestID = resp.StatusCode, resp.Header.Get("X-Github-Request-Id")
 	}
 	if err == nil {
+		e.metrics.attempts.WithLabelValues(r.rec.Action, "ok").Inc()
 		r.log.Info("attempt succeeded", zap.String(LogEvent, "attempt_succeeded"), zap.Int(LogAttempt, a.Number))
 		return r.finish(schema.StatusSucceeded, result, "", ""), true, false
 	}
@@ -663,6 +664,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		last.HTTPStatus, last.RequestID = cl.Status, cl.RequestID
 	}
 	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
+	e.metrics.attempts.WithLabelValues(r.rec.Action, cl.Category).Inc()
 	r.log.Info("attempt failed", zap.String(LogEvent, "attempt_failed"), zap.Int(LogAttempt, a.Number),
 		zap.String(LogErrorCategory, cl.Category), zap.Int("httpStatus", last.HTTPStatus), zap.Bool("retryable", cl.Retryable))
 	if cl.PauseInstallation {
