@@ -73,7 +73,8 @@ func TestCLIOperations(t *testing.T) {
 	}
 	start := time.Now()
 	r = env.as(t, env.alice, "status", op.OperationID, "--wait=200ms", "--json")
-	if r.code != 0 || time.Since(start) < 200*time.Millisecond {
+	if r.code != exitStillRunning || time.Since(start) < 200*time.Millisecond || !strings.Contains(r.stdout, `"status": "queued"`) ||
+		!strings.Contains(r.stderr, "still queued: the wait ran out") {
 		t.Errorf("status --wait=200ms: %+v after %s", r, time.Since(start))
 	}
 	if r := env.as(t, env.bob, "status", op.OperationID); r.code != 1 || !strings.Contains(r.stderr, "operation not found (not_found)") {
@@ -112,7 +113,7 @@ func TestCLIOperations(t *testing.T) {
 	}
 	select {
 	case w := <-done:
-		if w.code != 0 || !strings.Contains(w.stdout, "cancelled") {
+		if w.code != exitNotSucceeded || !strings.Contains(w.stdout, "cancelled") || !strings.Contains(w.stderr, "ended cancelled") {
 			t.Errorf("status --wait: %+v", w)
 		}
 	case <-time.After(30 * time.Second):
@@ -325,6 +326,44 @@ func TestCLITokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+}
+
+// After --wait the exit status says whether the operation was carried out,
+// so that a CI step can be `baton submit ... --wait`: 0 when it succeeded.
+// (The other outcomes are in TestCLIOperations: 4 cancelled, 5 the wait
+// ran out.) Without --wait, submit and status exit 0 whatever the status.
+func TestCLIWaitExitStatus(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{complete: true})
+	r := env.as(t, env.alice, "submit", "--key", "w-1", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10",
+		"--payload", cliComment, "--wait=30s")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^status\s+succeeded$`).MatchString(r.stdout) || r.stderr != "" {
+		t.Fatalf("submit --wait: %+v", r)
+	}
+	id := regexp.MustCompile(`(?m)^operation\s+([0-9a-f]{64})$`).FindStringSubmatch(r.stdout)
+	if id == nil {
+		t.Fatalf("no operation ID in %q", r.stdout)
+	}
+	if r := env.as(t, env.alice, "status", id[1], "--wait", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"status": "succeeded"`) {
+		t.Errorf("status --wait: %+v", r)
+	}
+	// Without --wait a queued or cancelled operation is no error.
+	q := newCLIEnv(t, cliEnvOptions{})
+	r = q.as(t, q.alice, "submit", "--key", "w-2", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10", "--payload", cliComment)
+	if r.code != 0 {
+		t.Fatalf("submit: %+v", r)
+	}
+	id = regexp.MustCompile(`(?m)^operation\s+([0-9a-f]{64})$`).FindStringSubmatch(r.stdout)
+	if r := q.as(t, q.alice, "cancel", id[1]); r.code != 0 {
+		t.Fatalf("cancel: %+v", r)
+	}
+	if r := q.as(t, q.alice, "status", id[1]); r.code != 0 || !strings.Contains(r.stdout, "cancelled") {
+		t.Errorf("status of a cancelled operation: %+v", r)
+	}
+	r = q.as(t, q.alice, "submit", "--key", "w-2", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10", "--payload", cliComment, "--wait")
+	if r.code != exitNotSucceeded || !strings.Contains(r.stderr, "ended cancelled") {
+		t.Errorf("submit --wait of a cancelled operation: %+v", r)
+	}
 }
 
 // bench drives the server and reports what it measured.

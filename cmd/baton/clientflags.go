@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/schema"
 )
 
 // The client subcommands (submit, status, cancel, ops, dlq, lease, bench)
@@ -219,6 +220,37 @@ func (o *cliOptionalDuration) Type() string { return "duration" }
 // addWaitFlag registers --wait[=DURATION] on cmd. A duration given after a
 // space (--wait 30s) would be taken for an argument: cmd's argument check
 // then says to write --wait=30s.
+// Exit statuses of a client command that waited for an operation
+// (--wait): 0 when it succeeded.
+const (
+	// exitNotSucceeded: the operation ended failed or cancelled.
+	exitNotSucceeded = 4
+	// exitStillRunning: --wait=DURATION ran out before the operation ended.
+	exitStillRunning = 5
+)
+
+// waitHelp is what --help says about the exit status after --wait.
+const waitHelp = `With --wait the exit status tells the outcome, for scripts: 0 succeeded,
+4 failed or cancelled, 5 not finished when --wait=DURATION ran out (the
+operation is printed in every case).`
+
+// cliWaitOutcome prints op and turns the outcome of a --wait into the exit
+// status: a script that waited for an operation can tell from the exit
+// status alone whether it was carried out.
+func cliWaitOutcome(w io.Writer, op client.Operation, asJSON bool) error {
+	if err := cliPrintOperation(w, op, asJSON); err != nil {
+		return err
+	}
+	switch {
+	case op.Status == schema.StatusSucceeded:
+		return nil
+	case op.Status.Terminal():
+		return &exitError{code: exitNotSucceeded, err: fmt.Errorf("operation %s ended %s", op.OperationID, op.Status)}
+	default:
+		return &exitError{code: exitStillRunning, err: fmt.Errorf("operation %s is still %s: the wait ran out", op.OperationID, op.Status)}
+	}
+}
+
 func addWaitFlag(cmd *cobra.Command, usage string) *cliOptionalDuration {
 	w := &cliOptionalDuration{}
 	f := cmd.Flags().VarPF(w, "wait", "", usage)

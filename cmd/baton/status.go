@@ -2,8 +2,6 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/baton-dev/baton/app/client"
 )
 
 func init() { register(newStatusCmd) }
@@ -20,7 +18,9 @@ the last error and the result.
 With --wait it first waits until the operation is terminal (succeeded,
 failed or cancelled); --wait=DURATION waits at most that long and then
 prints the operation as it stands. A non-admin token sees only its own
-actor's operations, on the installations it is bound to.`,
+actor's operations, on the installations it is bound to.
+
+` + waitHelp,
 		Example: `  baton status 3f2a…c9
   baton status 3f2a…c9 --wait
   baton status 3f2a…c9 --wait=30s --json | jq -r .status`,
@@ -30,12 +30,14 @@ actor's operations, on the installations it is bound to.`,
 			if err != nil {
 				return err
 			}
-			var op client.Operation
 			if wait.set {
-				op, err = c.Wait(cmd.Context(), args[0], wait.d)
-			} else {
-				op, err = c.Get(cmd.Context(), args[0])
+				op, err := c.Wait(cmd.Context(), args[0], wait.d)
+				if err != nil {
+					return cliAPIError(err)
+				}
+				return cliWaitOutcome(cmd.OutOrStdout(), op, o.json)
 			}
+			op, err := c.Get(cmd.Context(), args[0])
 			if err != nil {
 				return cliAPIError(err)
 			}

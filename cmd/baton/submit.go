@@ -44,6 +44,8 @@ and printed on stderr; scripts that may retry should always pass --key.
 
 The payload is JSON, given inline, as @FILE, or @- for stdin.
 
+` + waitHelp + `
+
 Actions and their resources:
   github.pulls.merge          pull_request:OWNER/REPO#N   {"sha", "method"?, "commitTitle"?}
   github.pulls.update_branch  pull_request:OWNER/REPO#N   {"expectedHeadSha"}
@@ -129,6 +131,7 @@ func runSubmit(ctx context.Context, o *submitOptions, stdin io.Reader, stdout, s
 		if op, err = c.Wait(ctx, op.OperationID, o.wait.d); err != nil {
 			return cliAPIError(err)
 		}
+		return cliWaitOutcome(stdout, op, o.json)
 	}
 	return cliPrintOperation(stdout, op, o.json)
 }
