@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -483,6 +484,16 @@ func TestAPIDeadLetters(t *testing.T) {
 	if len(list.DeadLetters) != 1 || list.DeadLetters[0].OperationID != v.OperationID || list.DeadLetters[0].Failures != 1 {
 		t.Fatalf("dead letters = %+v", list)
 	}
+	// /metrics shows the dead letter waiting, for an alert, until it is
+	// replayed.
+	waiting := func(n int) string {
+		return fmt.Sprintf("# HELP baton_queue_dead_letters Dead letters waiting in the OPERATIONS_DLQ stream (neither replayed nor purged): each holds its resource's later operations.\n"+
+			"# TYPE baton_queue_dead_letters gauge\nbaton_queue_dead_letters %d\n", n)
+	}
+	metrics := newQueueCollector(env.broker)
+	if err := testutil.CollectAndCompare(metrics, strings.NewReader(waiting(1)), "baton_queue_dead_letters"); err != nil {
+		t.Error(err)
+	}
 	if list.NextAfter != 0 {
 		t.Errorf("nextAfter %d on the only page", list.NextAfter)
 	}
@@ -505,6 +516,9 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 	if list, err := admin.DeadLetters(ctx, 0, 0); err != nil || len(list.DeadLetters) != 0 {
 		t.Errorf("after replay: %+v, %v", list, err)
+	}
+	if err := testutil.CollectAndCompare(metrics, strings.NewReader(waiting(0)), "baton_queue_dead_letters"); err != nil {
+		t.Error(err)
 	}
 	if s := env.broker.Stats(); s.Replayed != 1 {
 		t.Errorf("broker replayed %d", s.Replayed)

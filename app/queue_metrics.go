@@ -1,6 +1,9 @@
 package app
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/queue"
@@ -11,8 +14,13 @@ import (
 type queueCollector struct {
 	b *queue.Broker
 
-	published, publishErrors, handled, handlerSeconds, active, deadLettered, reconciled *prometheus.Desc
+	published, publishErrors, handled, handlerSeconds, active, deadLettered, deadLetters, reconciled *prometheus.Desc
 }
+
+// deadLetterCountTimeout bounds the stream read a scrape makes to count
+// the dead letters waiting; a scrape that cannot read them leaves the
+// gauge out rather than wait.
+const deadLetterCountTimeout = 2 * time.Second
 
 func newQueueCollector(b *queue.Broker) *queueCollector {
 	return &queueCollector{
@@ -29,13 +37,15 @@ func newQueueCollector(b *queue.Broker) *queueCollector {
 			"Handlers running now.", nil, nil),
 		deadLettered: prometheus.NewDesc("baton_queue_dead_lettered_messages_total",
 			"Operations moved to the OPERATIONS_DLQ stream.", nil, nil),
+		deadLetters: prometheus.NewDesc("baton_queue_dead_letters",
+			"Dead letters waiting in the OPERATIONS_DLQ stream (neither replayed nor purged): each holds its resource's later operations.", nil, nil),
 		reconciled: prometheus.NewDesc("baton_queue_reconciled_operations_total",
 			"The reconciler's candidates, by outcome.", []string{"outcome"}, nil),
 	}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.published, c.publishErrors, c.handled, c.handlerSeconds, c.active, c.deadLettered, c.reconciled} {
+	for _, d := range []*prometheus.Desc{c.published, c.publishErrors, c.handled, c.handlerSeconds, c.active, c.deadLettered, c.deadLetters, c.reconciled} {
 		ch <- d
 	}
 }
@@ -56,6 +66,11 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.handlerSeconds, prometheus.CounterValue, s.HandlerTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(s.ActiveHandlers))
 	counter(c.deadLettered, s.DeadLettered)
+	ctx, cancel := context.WithTimeout(context.Background(), deadLetterCountTimeout)
+	defer cancel()
+	if n, err := c.b.DeadLetterCount(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.GaugeValue, float64(n))
+	}
 	counter(c.reconciled, s.ReconciledPresent, "present")
 	counter(c.reconciled, s.ReconciledDeadLettered, "dead_lettered")
 	counter(c.reconciled, s.ReconciledRepublished, "republished")

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -135,9 +136,20 @@ func TestServerDev(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, name := range []string{"baton_queue_handled_messages_total{result=\"done\"}", "baton_executor_operations_finished_total",
-		"baton_coordinator_acquires_total", "baton_api_requests_total", "baton_webhook_requests_total"} {
+		"baton_coordinator_acquires_total", "baton_api_requests_total", "baton_webhook_requests_total", "baton_queue_dead_letters 0"} {
 		if !strings.Contains(string(metrics), name) {
 			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	// Every metric of baton's own that the server shows is in the
+	// operator's list of metrics.
+	doc, err := os.ReadFile(filepath.Join("..", "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (baton_\w+) `).FindAllStringSubmatch(string(metrics), -1) {
+		if !strings.Contains(string(doc), "`"+m[1]+"`") {
+			t.Errorf("deploy/README.md does not list the metric %s", m[1])
 		}
 	}
 }

@@ -153,6 +153,20 @@ func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, 
 	return dl, nil
 }
 
+// DeadLetterCount returns how many dead letters wait in StreamDeadLetters
+// (neither replayed nor purged): what an operator is to look at.
+func (b *Broker) DeadLetterCount(ctx context.Context) (uint64, error) {
+	s, err := b.session()
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.dlq.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("queue: count dead letters: %w", err)
+	}
+	return info.State.Msgs, nil
+}
+
 // PurgeDeadLetters removes every dead letter. The operations' records are
 // not touched: one that is not terminal is published again by the
 // reconciler, so cancel operations before purging their dead letters.

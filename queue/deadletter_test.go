@@ -61,6 +61,9 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if got, err := b.DeadLetter(ctx, dl.Sequence); err != nil || got != dl {
 		t.Errorf("DeadLetter(%d) = %+v, %v", dl.Sequence, got, err)
 	}
+	if n, err := b.DeadLetterCount(ctx); err != nil || n != 1 {
+		t.Errorf("DeadLetterCount = %d, %v; want 1", n, err)
+	}
 
 	healed.Store(true)
 	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
@@ -70,6 +73,9 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	eventually(t, 5*time.Second, "stream empty", func() bool { return streamMsgs(t, b.sess.Load().ops) == 0 })
 	if dls, err := b.DeadLetters(ctx, 0, 0); err != nil || len(dls) != 0 {
 		t.Errorf("dead letters after replay: %+v, %v", dls, err)
+	}
+	if n, err := b.DeadLetterCount(ctx); err != nil || n != 0 {
+		t.Errorf("DeadLetterCount after replay = %d, %v; want 0", n, err)
 	}
 	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); !errors.Is(err, ErrDeadLetterNotFound) {
 		t.Errorf("second replay = %v, want ErrDeadLetterNotFound", err)
