@@ -117,6 +117,15 @@ func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	if o.primaryStatus != 403 && o.primaryStatus != 429 {
 		return cliUsage(fmt.Errorf("--rate-limit-status must be 403 or 429, not %d", o.primaryStatus))
 	}
+	if o.tokenTTL <= 0 {
+		return cliUsage(fmt.Errorf("--token-ttl must be positive, not %v", o.tokenTTL))
+	}
+	if o.secondaryLimit < 0 {
+		return cliUsage(fmt.Errorf("--secondary-limit must not be negative (0 turns it off), not %d", o.secondaryLimit))
+	}
+	if o.secondaryLimit > 0 && o.secondaryWindow <= 0 {
+		return cliUsage(fmt.Errorf("--secondary-window must be positive, not %v", o.secondaryWindow))
+	}
 	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
 	if err != nil {
 		return cliUsage(fmt.Errorf("--secondary-retry-after: %w", err))

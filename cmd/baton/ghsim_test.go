@@ -300,6 +300,10 @@ func TestGhsimUsageErrors(t *testing.T) {
 		{"--rate-limit", "0"},
 		{"--rate-limit-status", "500"},
 		{"--secondary-retry-after", "sometimes"},
+		{"--token-ttl", "-1s"},
+		{"--token-ttl", "0"},
+		{"--secondary-limit", "-3"},
+		{"--secondary-limit", "10", "--secondary-window", "0"},
 	} {
 		dir := filepath.Join(t.TempDir(), "ghsim")
 		args := append([]string{"ghsim", "--listen", "127.0.0.1:0", "--dir", dir}, args...)

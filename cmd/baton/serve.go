@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -242,6 +243,21 @@ func (o *serveOptions) config() (app.Config, error) {
 	case o.reconcileInterval <= 0 || o.reconcileMinAge <= 0:
 		return cfg, errors.New("--reconcile-interval and --reconcile-min-age must be positive")
 	}
+	for _, u := range []struct{ flag, value string }{
+		{"--github-url", o.githubURL}, {"--github-web-url", o.githubWebURL}, {"--public-url", o.publicURL},
+	} {
+		if u.value == "" {
+			continue
+		}
+		if p, err := url.Parse(u.value); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+			return cfg, fmt.Errorf("%s must be an absolute http(s) URL without query, not %q", u.flag, u.value)
+		}
+	}
+	switch strings.ToUpper(o.synchronous) {
+	case "FULL", "EXTRA", "NORMAL":
+	default:
+		return cfg, fmt.Errorf("--sqlite-synchronous must be FULL, EXTRA or NORMAL, not %q", o.synchronous)
+	}
 	if o.retention == 0 {
 		cfg.OperationRetention = -1 // kept forever
 	} else if o.retention < 0 {
@@ -304,6 +320,9 @@ func (o *serveOptions) mergeQueue() (app.MergeQueueConfig, error) {
 			c = strings.TrimSpace(c)
 			if c == "" {
 				return mq, fmt.Errorf("--merge-queue-checks has an empty check name in %q (give names separated by commas)", o.mqChecks)
+			}
+			if c == mergequeue.DefaultStatusContext {
+				return mq, fmt.Errorf("--merge-queue-checks must not name %s, the queue's own status (it is set only after the checks pass)", c)
 			}
 			if !slices.Contains(mq.RequiredChecks, c) {
 				mq.RequiredChecks = append(mq.RequiredChecks, c)

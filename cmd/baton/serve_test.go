@@ -184,6 +184,12 @@ func TestServeFlagBounds(t *testing.T) {
 		{[]string{"--shutdown-timeout", "0"}, "--shutdown-timeout must be positive"},
 		{[]string{"--reconcile-interval", "0"}, "must be positive"},
 		{[]string{"--reconcile-min-age", "-1s"}, "must be positive"},
+		{[]string{"--github-url", "::bad"}, `--github-url must be an absolute http(s) URL without query, not "::bad"`},
+		{[]string{"--github-url", "api.github.com"}, "--github-url must be an absolute http(s) URL"},
+		{[]string{"--github-web-url", "ftp://github.example.com"}, "--github-web-url must be an absolute http(s) URL"},
+		{[]string{"--public-url", "https://baton.example.com/?x=1"}, "--public-url must be an absolute http(s) URL without query"},
+		{[]string{"--sqlite-synchronous", "OFF"}, `--sqlite-synchronous must be FULL, EXTRA or NORMAL, not "OFF"`},
+		{[]string{"--merge-queue-checks", "ci,baton/queue"}, "--merge-queue-checks must not name baton/queue"},
 	} {
 		o := &serveOptions{}
 		if err := serveCmd(o).Flags().Parse(tc.args); err != nil {
@@ -196,6 +202,8 @@ func TestServeFlagBounds(t *testing.T) {
 	for _, args := range [][]string{
 		{"--lease-ttl", "2s"},
 		{"--lease-ttl", "5m1s", "--ack-wait", "10m"},
+		{"--github-url", "::bad"},
+		{"--sqlite-synchronous", "OFF"},
 	} {
 		args = append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, args...)
 		if code := run(args); code != 2 {
@@ -204,7 +212,8 @@ func TestServeFlagBounds(t *testing.T) {
 	}
 	// The bounds themselves are accepted.
 	o := &serveOptions{}
-	if err := serveCmd(o).Flags().Parse([]string{"--workers", "1", "--lease-ttl", "3s", "--ack-wait", "4s", "--nats-replicas", "5"}); err != nil {
+	if err := serveCmd(o).Flags().Parse([]string{"--workers", "1", "--lease-ttl", "3s", "--ack-wait", "4s", "--nats-replicas", "5",
+		"--sqlite-synchronous", "normal", "--github-url", "https://ghes.example.com/api/v3/", "--public-url", "https://baton.example.com"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.config(); err != nil {
