@@ -325,7 +325,7 @@ func (db *DB) checkpoint() {
 		if n := db.batches.Load(); n != last {
 			last = n
 			if _, err := db.ckpt.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
-				db.log.Warn("checkpoint failed", zap.Error(err))
+				db.log.Warn("checkpoint failed", zap.String("event", "sqlite.checkpoint_failed"), zap.Error(err))
 			}
 		}
 	}
@@ -387,7 +387,7 @@ func (db *DB) commit(batch []*request) {
 		// is still open and fails harmlessly if SQLite has ended it; either
 		// way the connection is back in autocommit for the next batch.
 		_ = tx.Rollback()
-		db.log.Error("batch transaction lost", zap.Error(lost), zap.Int("batch", len(batch)))
+		db.log.Error("batch transaction lost", zap.String("event", "sqlite.transaction_lost"), zap.Error(lost), zap.Int("batch", len(batch)))
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("sqlite: write not kept: another write of its batch lost the transaction: %w", lost)
@@ -397,7 +397,7 @@ func (db *DB) commit(batch []*request) {
 		_ = tx.Rollback()
 	} else if cerr := tx.Commit(); cerr != nil {
 		cerr = fmt.Errorf("sqlite: commit: %w", cerr)
-		db.log.Error("commit failed", zap.Error(cerr), zap.Int("batch", len(batch)))
+		db.log.Error("commit failed", zap.String("event", "sqlite.commit_failed"), zap.Error(cerr), zap.Int("batch", len(batch)))
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = cerr
