@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,14 @@ const (
 // limit that names no wait: GitHub asks integrators to wait at least a
 // minute.
 const DefaultSecondaryWait = 60 * time.Second
+
+// MaxProviderWait bounds a wait GitHub imposes (Retry-After, a rate-limit
+// reset). GitHub's primary window is an hour, so no honest reset is
+// further away; a longer value (a reset in milliseconds from a proxy, a
+// corrupt header) would pause the installation and park its operations
+// for years. After an hour the request is simply sent again: if the limit
+// still holds, it is refused, and the new refusal says how long to wait.
+const MaxProviderWait = time.Hour
 
 // Classification is what baton makes of one failed call to GitHub.
 type Classification struct {
@@ -103,7 +112,7 @@ func Classify(err error, now time.Time) Classification {
 		case s == http.StatusForbidden && (h.Get("Retry-After") != "" || secondaryBody(ghi.Response)):
 			// A secondary rate limit met by the exchange.
 			c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
-			c.Wait = retryAfter(h)
+			c.Wait = retryAfter(h, now)
 			if c.Wait <= 0 {
 				c.Wait = DefaultSecondaryWait
 			}
@@ -117,7 +126,7 @@ func Classify(err error, now time.Time) Classification {
 			tooManyRequests(&c, ghi.Response.Header, now)
 		case s >= 500:
 			c.Category, c.Retryable = CategoryServerError, true
-			c.Wait = retryAfter(ghi.Response.Header)
+			c.Wait = retryAfter(ghi.Response.Header, now)
 		default:
 			c.Category = CategoryUnauthorized
 		}
@@ -134,7 +143,7 @@ func Classify(err error, now time.Time) Classification {
 			c.Message += " (not sent)"
 		}
 		if !rle.Rate.Reset.Time.IsZero() {
-			c.Wait = max(rle.Rate.Reset.Time.Sub(now), time.Second)
+			c.Wait = untilReset(rle.Rate.Reset.Time, now)
 		} else {
 			c.Wait = DefaultSecondaryWait
 		}
@@ -149,10 +158,17 @@ func Classify(err error, now time.Time) Classification {
 			c.Status, c.NotSent = 0, true
 			c.Message += " (not sent)"
 		}
-		c.Wait = DefaultSecondaryWait
-		if are.RetryAfter != nil && *are.RetryAfter > 0 {
-			c.Wait = *are.RetryAfter
+		// An answer's own headers first: go-github overflows on a huge
+		// Retry-After. Its RetryAfter is what is left when it refused on
+		// its own.
+		var w time.Duration
+		if !c.NotSent {
+			w = secondaryWait(are.Response.Header, now)
 		}
+		if w <= 0 && are.RetryAfter != nil && *are.RetryAfter > 0 {
+			w = min(*are.RetryAfter, MaxProviderWait)
+		}
+		c.Wait = cmp.Or(w, DefaultSecondaryWait)
 		return c
 	case errors.As(err, &ace):
 		// 202: GitHub accepted the request and works on it in the
@@ -188,13 +204,13 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		// A secondary limit whose documentation_url go-github did not
 		// recognise.
 		c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
-		c.Wait = retryAfter(r.Header)
+		c.Wait = retryAfter(r.Header, now)
 		if c.Wait <= 0 {
 			c.Wait = DefaultSecondaryWait
 		}
 	case s >= 500:
 		c.Category, c.Retryable, c.Ambiguous = CategoryServerError, true, true
-		c.Wait = retryAfter(r.Header)
+		c.Wait = retryAfter(r.Header, now)
 	case s == http.StatusUnauthorized:
 		c.Category = CategoryUnauthorized
 	case s == http.StatusForbidden && strings.Contains(strings.ToLower(ere.Message), "installation has been suspended"):
@@ -220,10 +236,10 @@ func tooManyRequests(c *Classification, h http.Header, now time.Time) {
 	c.Retryable, c.PauseInstallation = true, true
 	if h.Get("X-Ratelimit-Remaining") == "0" {
 		c.Category = CategoryPrimaryRateLimit
-		c.Wait = max(resetWait(h, now), retryAfter(h))
+		c.Wait = max(resetWait(h, now), retryAfter(h, now))
 	} else {
 		c.Category = CategoryRateLimited
-		c.Wait = retryAfter(h)
+		c.Wait = retryAfter(h, now)
 	}
 	if c.Wait <= 0 {
 		c.Wait = DefaultSecondaryWait
@@ -258,25 +274,52 @@ func secondaryBody(r *http.Response) bool {
 	return secondaryText(string(b))
 }
 
-// retryAfter reads Retry-After as seconds (GitHub sends an integer).
-func retryAfter(h http.Header) time.Duration {
+// retryAfter reads Retry-After: seconds (what GitHub sends) or an
+// HTTP-date. The result is at most MaxProviderWait; 0 when there is none.
+func retryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
+	switch {
+	case err == nil && n <= 0:
+		return 0
+	case err == nil || (errors.Is(err, strconv.ErrRange) && n > 0):
+		// Compared in seconds: multiplied first, a huge value would
+		// overflow time.Duration.
+		return time.Duration(min(n, int64(MaxProviderWait/time.Second))) * time.Second
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
 		return 0
 	}
-	return time.Duration(n) * time.Second
+	return min(max(t.Sub(now), 0), MaxProviderWait)
 }
 
+// resetWait is the wait until X-RateLimit-Reset (epoch seconds on
+// GitHub's clock), or 0 without one.
 func resetWait(h http.Header, now time.Time) time.Duration {
 	n, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64)
 	if err != nil || n <= 0 {
 		return 0
 	}
-	return max(time.Unix(n, 0).Sub(now), time.Second)
+	return untilReset(time.Unix(n, 0), now)
+}
+
+// untilReset is the wait until reset: at least a second and at most
+// MaxProviderWait.
+func untilReset(reset, now time.Time) time.Duration {
+	return min(max(reset.Sub(now), time.Second), MaxProviderWait)
+}
+
+// secondaryWait is the wait a secondary rate limit names: Retry-After or,
+// as GitHub may send instead, X-RateLimit-Reset; 0 when it names none.
+func secondaryWait(h http.Header, now time.Time) time.Duration {
+	if w := retryAfter(h, now); w > 0 {
+		return w
+	}
+	return resetWait(h, now)
 }
 
 // synthetic reports whether a rate-limit error is one go-github made up

@@ -169,3 +169,48 @@ func TestClassify(t *testing.T) {
 		t.Error("request ID not kept")
 	}
 }
+
+// A wait GitHub imposes is read without overflow and bounded by
+// MaxProviderWait: a Retry-After or reset far away (a reset in
+// milliseconds from a proxy, a corrupt header) must not pause an
+// installation and park its operations for centuries. Retry-After may
+// also be an HTTP-date.
+func TestClassifyBoundsProviderWaits(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	far := now.AddDate(300, 0, 0) // beyond what a time.Duration holds
+	secs := func(d time.Duration) *time.Duration { return &d }
+	// What go-github makes of "Retry-After: 10000000000": seconds times
+	// time.Second, which overflows.
+	n := int64(10000000000)
+	overflowed := time.Duration(n) * time.Second
+	cases := []struct {
+		name string
+		err  error
+		wait time.Duration
+	}{
+		{"429 Retry-After of centuries", errResp(429, "", "Retry-After", "9000000000"), MaxProviderWait},
+		{"429 Retry-After overflowing a Duration", errResp(429, "", "Retry-After", "10000000000"), MaxProviderWait},
+		{"429 Retry-After overflowing int64", errResp(429, "", "Retry-After", "99999999999999999999"), MaxProviderWait},
+		{"503 Retry-After of centuries", errResp(503, "", "Retry-After", "9000000000"), MaxProviderWait},
+		{"429 primary, reset in milliseconds", errResp(429, "", "X-Ratelimit-Remaining", "0",
+			"X-Ratelimit-Reset", strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)), MaxProviderWait},
+		{"RateLimitError with a reset centuries away", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: far}}, Response: resp(403)},
+			MaxProviderWait},
+		{"AbuseRateLimitError whose Retry-After go-github overflowed", &github.AbuseRateLimitError{
+			Response: resp(403, "Retry-After", "10000000000"), RetryAfter: &overflowed}, MaxProviderWait},
+		{"AbuseRateLimitError synthetic, centuries", &github.AbuseRateLimitError{Response: syntheticResp(),
+			RetryAfter: secs(far.Sub(now)), Message: "not making remote request."}, MaxProviderWait},
+		{"installation token 429 Retry-After of centuries", &ghinstallation.HTTPError{Message: "x", Response: resp(429, "Retry-After", "9000000000")},
+			MaxProviderWait},
+		{"429 Retry-After as an HTTP-date", errResp(429, "", "Retry-After", now.Add(2*time.Minute).Format(http.TimeFormat)), 2 * time.Minute},
+		{"429 Retry-After as an HTTP-date in the past", errResp(429, "", "Retry-After", now.Add(-time.Minute).Format(http.TimeFormat)),
+			DefaultSecondaryWait},
+		{"503 Retry-After negative", errResp(503, "", "Retry-After", "-5"), 0},
+	}
+	for _, c := range cases {
+		if got := Classify(c.err, now).Wait; got != c.wait {
+			t.Errorf("%s: wait %v, want %v", c.name, got, c.wait)
+		}
+	}
+}
