@@ -143,7 +143,7 @@ func Classify(err error, now time.Time) Classification {
 			c.Message += " (not sent)"
 		}
 		if !rle.Rate.Reset.Time.IsZero() {
-			c.Wait = untilReset(rle.Rate.Reset.Time, now)
+			c.Wait = untilReset(rle.Rate.Reset.Time, header(rle.Response), now)
 		} else {
 			c.Wait = DefaultSecondaryWait
 		}
@@ -159,8 +159,9 @@ func Classify(err error, now time.Time) Classification {
 			c.Message += " (not sent)"
 		}
 		// An answer's own headers first: go-github overflows on a huge
-		// Retry-After. Its RetryAfter is what is left when it refused on
-		// its own.
+		// Retry-After and measures a reset by this machine's clock. Its
+		// RetryAfter is what is left when it refused on its own (by this
+		// machine's clock, which is the one it refuses by).
 		var w time.Duration
 		if !c.NotSent {
 			w = secondaryWait(are.Response.Header, now)
@@ -275,7 +276,8 @@ func secondaryBody(r *http.Response) bool {
 }
 
 // retryAfter reads Retry-After: seconds (what GitHub sends) or an
-// HTTP-date. The result is at most MaxProviderWait; 0 when there is none.
+// HTTP-date, which is measured against GitHub's clock (see githubNow). The
+// result is at most MaxProviderWait; 0 when there is none.
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
@@ -294,7 +296,7 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	if err != nil {
 		return 0
 	}
-	return min(max(t.Sub(now), 0), MaxProviderWait)
+	return min(max(t.Sub(githubNow(h, now)), 0), MaxProviderWait)
 }
 
 // resetWait is the wait until X-RateLimit-Reset (epoch seconds on
@@ -304,13 +306,17 @@ func resetWait(h http.Header, now time.Time) time.Duration {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	return untilReset(time.Unix(n, 0), now)
+	return untilReset(time.Unix(n, 0), h, now)
 }
 
-// untilReset is the wait until reset: at least a second and at most
-// MaxProviderWait.
-func untilReset(reset, now time.Time) time.Duration {
-	return min(max(reset.Sub(now), time.Second), MaxProviderWait)
+// untilReset is the wait until reset, a time on GitHub's clock: measured
+// from the response's Date (GitHub's clock too) when it has one, so that
+// this machine's clock being off does not change it, and from now
+// otherwise; at least a second and at most MaxProviderWait. (A clock
+// ahead of GitHub's would otherwise see a reset minutes away as past, and
+// spend attempts on requests GitHub refuses again.)
+func untilReset(reset time.Time, h http.Header, now time.Time) time.Duration {
+	return min(max(reset.Sub(githubNow(h, now)), time.Second), MaxProviderWait)
 }
 
 // secondaryWait is the wait a secondary rate limit names: Retry-After or,
@@ -320,6 +326,24 @@ func secondaryWait(h http.Header, now time.Time) time.Duration {
 		return w
 	}
 	return resetWait(h, now)
+}
+
+// githubNow is the time on GitHub's clock when it answered: the
+// response's Date header (whole seconds, rounded down, so a wait measured
+// from it errs on the long side by under a second), or now if there is
+// none (go-github's own refusals have no headers).
+func githubNow(h http.Header, now time.Time) time.Time {
+	if t, err := http.ParseTime(h.Get("Date")); err == nil {
+		return t
+	}
+	return now
+}
+
+func header(r *http.Response) http.Header {
+	if r == nil {
+		return nil
+	}
+	return r.Header
 }
 
 // synthetic reports whether a rate-limit error is one go-github made up

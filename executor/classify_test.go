@@ -214,3 +214,47 @@ func TestClassifyBoundsProviderWaits(t *testing.T) {
 		}
 	}
 }
+
+// A rate-limit reset is a time on GitHub's clock. It is measured from the
+// answer's Date, GitHub's clock too, so that this machine's clock being
+// off does not change the wait: ahead of GitHub's by two minutes, it took
+// a reset 30 s away for one already past and waited a second, spending
+// the operation's attempts on requests GitHub refused again; behind, it
+// paused the installation minutes too long.
+func TestClassifyMeasuresResetsOnGitHubsClock(t *testing.T) {
+	t.Parallel()
+	github0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) // GitHub's clock when it answered
+	reset := github0.Add(30 * time.Second)
+	date := github0.Format(http.TimeFormat)
+	resetHdr := strconv.FormatInt(reset.Unix(), 10)
+	for _, skew := range []time.Duration{2 * time.Minute, -5 * time.Minute} {
+		now := github0.Add(skew) // this machine's clock
+		untilByOurClock := reset.Sub(now)
+		cases := []struct {
+			name string
+			err  error
+			wait time.Duration
+		}{
+			{"RateLimitError", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+			{"429 primary", errResp(429, "", "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr), 30 * time.Second},
+			{"installation token 403 primary", &ghinstallation.HTTPError{Message: "x",
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+			// GitHub may name a secondary limit's end by a reset instead
+			// of Retry-After; go-github measures it by this machine's
+			// clock.
+			{"secondary limit with a reset", &github.AbuseRateLimitError{RetryAfter: &untilByOurClock,
+				Response: resp(403, "Date", date, "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+			{"429 Retry-After as an HTTP-date", errResp(429, "", "Date", date, "Retry-After", reset.Format(http.TimeFormat)), 30 * time.Second},
+			// go-github's own refusal has no Date: it refuses by this
+			// machine's clock, so the wait is measured by it.
+			{"RateLimitError synthetic", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
+				Response: syntheticResp(), Message: "not making remote request."}, max(untilByOurClock, time.Second)},
+		}
+		for _, c := range cases {
+			if got := Classify(c.err, now).Wait; got != c.wait {
+				t.Errorf("clock off by %v: %s: wait %v, want %v", skew, c.name, got, c.wait)
+			}
+		}
+	}
+}

@@ -35,8 +35,9 @@
 // package's tests validate every response, and every webhook payload,
 // against GitHub's published OpenAPI description.
 //
-// Every response carries X-GitHub-Request-Id; every REST response carries
-// the x-ratelimit-* headers.
+// Every response carries X-GitHub-Request-Id and a Date on the
+// simulator's clock (Config.Now), the clock of its rate-limit resets;
+// every REST response carries the x-ratelimit-* headers.
 //
 // # Guarantees
 //

@@ -44,8 +44,14 @@ func TestPrimaryLimit(t *testing.T) {
 				t.Errorf("reset %v is not within the hour", resp.Rate.Reset)
 			}
 			clk.Advance(time.Hour)
-			if _, _, err := e.client(1).Issues.Get(c, "octo", "demo", 10); err != nil {
+			_, resp, err = e.client(1).Issues.Get(c, "octo", "demo", 10)
+			if err != nil {
 				t.Fatalf("after the window: %v", err)
+			}
+			// The Date comes from the simulator's clock, as the reset
+			// does: baton measures the one against the other.
+			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || !d.Equal(clk.Now().Truncate(time.Second)) {
+				t.Errorf("Date %q, want the simulator's clock %v", resp.Header.Get("Date"), clk.Now())
 			}
 		})
 	}

@@ -97,6 +97,9 @@ func (s *Sim) routes() http.Handler {
 			r = r2
 		}
 		w.Header().Set("X-GitHub-Request-Id", s.newRequestID())
+		// GitHub's Date and its rate-limit resets come from one clock;
+		// baton measures the one against the other.
+		w.Header().Set("Date", s.now().UTC().Format(http.TimeFormat))
 		if strings.HasPrefix(r.URL.Path, "/_ghsim/") {
 			if !isLoopbackRemote(r.RemoteAddr) {
 				writeJSON(w, http.StatusForbidden, errorBody("the admin API answers loopback clients only", ""))
