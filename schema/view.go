@@ -38,9 +38,11 @@ type View struct {
 
 var emptyObject = json.RawMessage(`{}`)
 
-// View converts the record to its public form. A terminal record without
-// completedAt and a matching outcome cannot be shown as terminal; that is
-// an error, never a guess.
+// View converts the record to its public form, its times in UTC: the
+// executor stamps records by the machine's clock, in the machine's zone,
+// and one record must not show createdAt in UTC and updatedAt at
+// +05:30. A terminal record without completedAt and a matching outcome
+// cannot be shown as terminal; that is an error, never a guess.
 func (r *Record) View() (View, error) {
 	if r.Status.Terminal() {
 		if r.CompletedAt == nil || r.Outcome != OutcomeFor(r.Status) {
@@ -61,17 +63,17 @@ func (r *Record) View() (View, error) {
 		Status:                r.Status,
 		Attempts:              r.Attempts,
 		MaxAttempts:           r.MaxAttempts,
-		CreatedAt:             r.CreatedAt,
-		UpdatedAt:             r.UpdatedAt,
-		StartedAt:             r.StartedAt,
-		CompletedAt:           r.CompletedAt,
-		NextAttemptAt:         r.NextAttemptAt,
+		CreatedAt:             r.CreatedAt.UTC(),
+		UpdatedAt:             r.UpdatedAt.UTC(),
+		StartedAt:             utc(r.StartedAt),
+		CompletedAt:           utc(r.CompletedAt),
+		NextAttemptAt:         utc(r.NextAttemptAt),
 		Outcome:               r.Outcome,
 		LastErrorCategory:     r.LastErrorCategory,
 		LastErrorMessage:      r.LastErrorMessage,
 		CancellationRequested: r.CancellationRequested,
 		Result:                r.Result,
-		AttemptLog:            r.AttemptLog,
+		AttemptLog:            attemptsUTC(r.AttemptLog),
 	}
 	if len(v.Payload) == 0 {
 		v.Payload = emptyObject
@@ -83,4 +85,24 @@ func (r *Record) View() (View, error) {
 		v.AttemptLog = []Attempt{}
 	}
 	return v, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func attemptsUTC(log []Attempt) []Attempt {
+	if log == nil {
+		return nil
+	}
+	out := make([]Attempt, len(log))
+	for i, a := range log {
+		a.StartedAt, a.EndedAt = a.StartedAt.UTC(), a.EndedAt.UTC()
+		out[i] = a
+	}
+	return out
 }
