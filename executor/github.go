@@ -133,9 +133,39 @@ func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
 }
 
 func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
-	t := ghinstallation.NewAppsTransportFromPrivateKey(g.transport, g.appID, g.key)
+	// It cannot fail: a signer is given.
+	t, _ := ghinstallation.NewAppsTransportWithOptions(g.transport, g.appID,
+		ghinstallation.WithSigner(appJWTSigner{ghinstallation.NewRSASigner(jwt.SigningMethodRS256, g.key)}))
 	t.BaseURL = strings.TrimRight(g.base.String(), "/")
 	return t
+}
+
+// JWTBackdate is how far in the past the App's JWTs are issued, and
+// JWTLifetime how long after that they expire: GitHub refuses a JWT
+// issued in its future or expiring more than 10 minutes into it, and
+// asks for iat 60 s in the past against clock drift. A JWT issued now
+// minus a minute, expiring ten minutes after that, is accepted while this
+// machine's clock is less than a minute ahead of GitHub's or nine behind.
+const (
+	JWTBackdate = 60 * time.Second
+	JWTLifetime = 10 * time.Minute
+)
+
+// appJWTSigner signs the App's JWTs with JWTBackdate and JWTLifetime
+// instead of ghinstallation's own (iat 30 s in the past, exp 2 minutes
+// after): with those, a clock more than 30 s ahead of GitHub's issues
+// JWTs in GitHub's future, every token exchange is refused with 401, and
+// every operation fails as if its installation were gone.
+type appJWTSigner struct{ ghinstallation.Signer }
+
+func (s appJWTSigner) Sign(claims jwt.Claims) (string, error) {
+	if rc, ok := claims.(*jwt.RegisteredClaims); ok {
+		// GitHub wants whole seconds.
+		iat := time.Now().Add(-JWTBackdate).Truncate(time.Second)
+		rc.IssuedAt = jwt.NewNumericDate(iat)
+		rc.ExpiresAt = jwt.NewNumericDate(iat.Add(JWTLifetime))
+	}
+	return s.Signer.Sign(claims)
 }
 
 // App returns the client authenticated as the App itself (JWT), for
