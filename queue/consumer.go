@@ -428,6 +428,15 @@ func (c *Consumer) handle(sl *slot, msg jetstream.Msg) {
 		return
 	}
 	failures, wait := failureState(msg.Headers())
+	if wait > c.cfg.MaxFailureBackoff {
+		// No backoff is that long: the wall clock, which wrote its end,
+		// was set back since, and would stretch the wait by as much.
+		// Wait the longest backoff once, then go ahead.
+		wait = c.cfg.MaxFailureBackoff
+		if md, err := msg.Metadata(); err != nil || md.NumDelivered > 1 {
+			wait = 0
+		}
+	}
 	if wait > 0 {
 		// A retried message arrived before its backoff ended.
 		c.settle(id, msg.NakWithDelay(wait))

@@ -285,3 +285,24 @@ func TestConsumerRecoversDeletedConsumerAndStream(t *testing.T) {
 	dispatch(t, b, "after-stream")
 	eventually(t, 10*time.Second, "handled after the stream came back", func() bool { return rec.count("after-stream") == 1 })
 }
+
+// A failed operation's copy carries the end of its backoff as a time
+// (Baton-Retry-At), read back by the wall clock. A clock set back after
+// the copy was stored (an NTP step) must not stretch the backoff by the
+// step: the wait is never longer than MaxFailureBackoff.
+func TestFailureBackoffSurvivesAClockSetBack(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "")
+	rec := newRecorder()
+	rec.result = func(string, int) Result { return Done() }
+	// The copy as fail stores it, its backoff ending an hour from now as
+	// this clock reads it: the clock was set back an hour since.
+	m := operationMsg("stepped", retryMsgID("stepped", 1, 1))
+	m.Header.Set(HeaderFailures, "1")
+	m.Header.Set(HeaderRetryAt, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	if _, err := b.sess.Load().js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailureBackoff: 200 * time.Millisecond})
+	eventually(t, 10*time.Second, "the operation handled within its longest backoff", func() bool { return rec.count("stepped") == 1 })
+}

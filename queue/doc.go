@@ -99,7 +99,9 @@
 //     FailureBackoff doubling per failure up to MaxFailureBackoff) and the
 //     reason (Baton-Reason), then acknowledges the original. A copy
 //     delivered before its backoff ends is nak'ed with the time left,
-//     without calling the handler.
+//     without calling the handler. (Time left beyond MaxFailureBackoff
+//     means the wall clock was set back since the copy was stored: the
+//     copy then waits MaxFailureBackoff once, not the length of the step.)
 //   - At MaxFailures (default 5) it stores a dead letter in OPERATIONS_DLQ
 //     (the operation ID, the count, the reason) instead, then acknowledges
 //     the original: the operation leaves OPERATIONS.
