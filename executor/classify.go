@@ -158,15 +158,17 @@ func Classify(err error, now time.Time) Classification {
 			c.Status, c.NotSent = 0, true
 			c.Message += " (not sent)"
 		}
-		// An answer's own headers first: go-github overflows on a huge
-		// Retry-After and measures a reset by this machine's clock. Its
-		// RetryAfter is what is left when it refused on its own (by this
-		// machine's clock, which is the one it refuses by).
+		// GitHub's answer is read from its own headers, by GitHub's rule
+		// (secondaryWait): go-github overflows on a huge Retry-After,
+		// measures a reset by this machine's clock, and takes the primary
+		// budget's reset for the wait even with budget left. Its
+		// RetryAfter is used only when it refused on its own: it is what
+		// is left of the wait, by this machine's clock, which is the one
+		// it refuses by.
 		var w time.Duration
 		if !c.NotSent {
 			w = secondaryWait(are.Response.Header, now)
-		}
-		if w <= 0 && are.RetryAfter != nil && *are.RetryAfter > 0 {
+		} else if are.RetryAfter != nil && *are.RetryAfter > 0 {
 			w = min(*are.RetryAfter, MaxProviderWait)
 		}
 		c.Wait = cmp.Or(w, DefaultSecondaryWait)
@@ -319,11 +321,18 @@ func untilReset(reset time.Time, h http.Header, now time.Time) time.Duration {
 	return min(max(reset.Sub(githubNow(h, now)), time.Second), MaxProviderWait)
 }
 
-// secondaryWait is the wait a secondary rate limit names: Retry-After or,
-// as GitHub may send instead, X-RateLimit-Reset; 0 when it names none.
+// secondaryWait is the wait a secondary rate limit names, by GitHub's
+// rule: Retry-After; else X-RateLimit-Reset when X-RateLimit-Remaining is
+// 0; 0 when it names none (the caller then waits DefaultSecondaryWait).
+// GitHub sends X-RateLimit-Reset on every answer, as the reset of the
+// primary budget's hour, so with budget left it is not a wait
+// (secondaryWaitTransport gives such an answer Retry-After: 60 already).
 func secondaryWait(h http.Header, now time.Time) time.Duration {
 	if w := retryAfter(h, now); w > 0 {
 		return w
+	}
+	if h.Get("X-Ratelimit-Remaining") != "0" {
+		return 0
 	}
 	return resetWait(h, now)
 }

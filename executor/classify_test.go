@@ -77,10 +77,21 @@ func TestClassify(t *testing.T) {
 		{"secondary AbuseRateLimitError synthetic (not sent)", &github.AbuseRateLimitError{Response: syntheticResp(), RetryAfter: secs(40 * time.Second),
 			Message: "API secondary rate limit exceeded until 2026-03-01 12:00:40 +0000 UTC, not making remote request."},
 			CategorySecondaryRateLimit, true, false, true, 40 * time.Second, 0},
-		{"secondary AbuseRateLimitError with Retry-After", &github.AbuseRateLimitError{Response: resp(403), RetryAfter: secs(90 * time.Second)},
+		{"secondary AbuseRateLimitError with Retry-After", &github.AbuseRateLimitError{Response: resp(403, "Retry-After", "90"), RetryAfter: secs(90 * time.Second)},
 			CategorySecondaryRateLimit, true, false, true, 90 * time.Second, 403},
 		{"secondary AbuseRateLimitError without Retry-After", &github.AbuseRateLimitError{Response: resp(403)},
 			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
+		// go-github takes X-RateLimit-Reset, which GitHub sends on every
+		// answer, for the wait when Retry-After is absent: with primary
+		// budget left it is not the secondary limit's end.
+		{"secondary AbuseRateLimitError, reset with budget left", &github.AbuseRateLimitError{
+			Response:   resp(403, "X-Ratelimit-Remaining", "4000", "X-Ratelimit-Reset", strconv.FormatInt(now.Add(50*time.Minute).Unix(), 10)),
+			RetryAfter: secs(50 * time.Minute)},
+			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
+		{"secondary AbuseRateLimitError, reset with no budget left", &github.AbuseRateLimitError{
+			Response:   resp(403, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10)),
+			RetryAfter: secs(90 * time.Second)},
+			CategorySecondaryRateLimit, true, false, true, 90 * time.Second, 403},
 		{"secondary by message only", errResp(403, "You have exceeded a secondary rate limit and have been temporarily blocked"),
 			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
 		{"secondary by message with Retry-After", errResp(403, "You have exceeded a secondary rate limit", "Retry-After", "7"),
@@ -240,11 +251,11 @@ func TestClassifyMeasuresResetsOnGitHubsClock(t *testing.T) {
 			{"429 primary", errResp(429, "", "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr), 30 * time.Second},
 			{"installation token 403 primary", &ghinstallation.HTTPError{Message: "x",
 				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
-			// GitHub may name a secondary limit's end by a reset instead
-			// of Retry-After; go-github measures it by this machine's
-			// clock.
+			// GitHub names a secondary limit's end by a reset instead of
+			// Retry-After when no primary budget is left; go-github
+			// measures it by this machine's clock.
 			{"secondary limit with a reset", &github.AbuseRateLimitError{RetryAfter: &untilByOurClock,
-				Response: resp(403, "Date", date, "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
 			{"429 Retry-After as an HTTP-date", errResp(429, "", "Date", date, "Retry-After", reset.Format(http.TimeFormat)), 30 * time.Second},
 			// go-github's own refusal has no Date: it refuses by this
 			// machine's clock, so the wait is measured by it.
