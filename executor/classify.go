@@ -73,6 +73,12 @@ type Classification struct {
 	Status int
 	// RequestID is GitHub's X-GitHub-Request-Id, when there was a response.
 	RequestID string
+	// RenewToken is true when GitHub refused the installation token (401
+	// "Bad credentials") although the exchange had just issued it: a token
+	// not yet usable everywhere at GitHub, or one this machine's clock,
+	// behind GitHub's, still takes for valid. The installation's client is
+	// dropped, so the next attempt asks for a new token.
+	RenewToken bool
 	// NotSent is true when the request never reached GitHub: go-github
 	// refused it itself because a rate limit it saw earlier has not reset
 	// yet. Such a refusal spends no attempt.
@@ -215,7 +221,10 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		c.Category, c.Retryable, c.Ambiguous = CategoryServerError, true, true
 		c.Wait = retryAfter(r.Header, now)
 	case s == http.StatusUnauthorized:
-		c.Category = CategoryUnauthorized
+		// The request was not applied. A token GitHub refuses is asked for
+		// anew, once per run (runner.renewToken); an App GitHub no longer
+		// knows fails at that exchange, for good.
+		c.Category, c.Retryable, c.RenewToken = CategoryUnauthorized, true, true
 	case s == http.StatusForbidden && strings.Contains(strings.ToLower(ere.Message), "installation has been suspended"):
 		// A token issued before the suspension.
 		c.Category = CategoryInstallationUnavailable

@@ -107,7 +107,7 @@ func TestClassify(t *testing.T) {
 		{"502", errResp(502, ""), CategoryServerError, true, true, false, 0, 502},
 		{"503 with Retry-After", errResp(503, "", "Retry-After", "3"), CategoryServerError, true, true, false, 3 * time.Second, 503},
 		{"400", errResp(400, "Problems parsing JSON"), CategoryValidation, false, false, false, 0, 400},
-		{"401", errResp(401, "Bad credentials"), CategoryUnauthorized, false, false, false, 0, 401},
+		{"401", errResp(401, "Bad credentials"), CategoryUnauthorized, true, false, false, 0, 401},
 		{"403 plain", errResp(403, "Resource not accessible by integration"), CategoryForbidden, false, false, false, 0, 403},
 		{"404", errResp(404, "Not Found"), CategoryNotFound, false, false, false, 0, 404},
 		{"405 not mergeable", errResp(405, "Pull Request is not mergeable"), CategoryValidation, false, false, false, 0, 405},

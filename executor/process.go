@@ -359,6 +359,9 @@ type runner struct {
 	client    *github.Client
 	// probeFailures counts the probes that could not tell.
 	probeFailures int
+	// tokenRenewed is set once the run asked for a new installation token
+	// after GitHub refused one (renewToken).
+	tokenRenewed bool
 	// started is true while the last attempt in the record is one whose
 	// start was saved ahead of its call (see process) and that has not
 	// been made yet.
@@ -579,6 +582,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 		r.e.pauses.set(r.inst, r.e.now().Add(cl.Wait))
 		return Result{}, false, true
 	}
+	r.renewToken(&cl)
 	if !cl.Retryable {
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
@@ -670,6 +674,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	if cl.PauseInstallation {
 		e.pauses.set(r.inst, e.now().Add(cl.Wait))
 	}
+	r.renewToken(&cl)
 	if !cl.Retryable {
 		if hasProbe(act) && appliedBefore(r.rec) {
 			// An earlier attempt may have been applied after all (GitHub
@@ -720,6 +725,27 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		return res, true, false
 	}
 	return Result{}, false, cl.Ambiguous
+}
+
+// renewToken drops the installation's client when GitHub refused its
+// token, and takes a new one: the next call exchanges a new token.
+// Operations of the installation running meanwhile finish their call with
+// the client they hold. It does so once per run: a token refused again is
+// a refusal (cl is made not retryable), as the design has every 401.
+func (r *runner) renewToken(cl *Classification) {
+	if !cl.RenewToken {
+		return
+	}
+	if r.tokenRenewed {
+		cl.Retryable = false
+		return
+	}
+	r.tokenRenewed = true
+	r.e.gh.Forget(r.inst)
+	if c, err := r.e.gh.Installation(r.inst); err == nil {
+		r.client = c
+	}
+	r.log.Info("installation token refused; a new one is asked for", zap.String(LogEvent, "token_renewed"))
 }
 
 // interrupted ends the run whose call (or probe) the worker's hard stop

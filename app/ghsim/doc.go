@@ -153,7 +153,8 @@
 // with 405 "Base branch was modified" (FaultBaseModified, not applied, as
 // GitHub answers a merge that comes just after its base moved) or with 405
 // "Merge already in progress" (FaultMergeInProgress, not applied, as GitHub
-// answers a merge while an earlier one is being carried out). A fault fires on
+// answers a merge while an earlier one is being carried out), or any request
+// refused with 401 "Bad credentials" (FaultUnauthorized, not applied). A fault fires on
 // the next Count matching requests, or on a random fraction (Probability,
 // seeded by Config.Seed), or always until cleared. Note that Go's HTTP
 // client itself retries idempotent requests (GET, HEAD) whose reused

@@ -41,6 +41,10 @@ const (
 	// in progress", without applying it: what GitHub says to a merge of a
 	// pull request while an earlier merge of it is still being carried out.
 	FaultMergeInProgress FaultKind = "merge_in_progress"
+	// FaultUnauthorized answers with GitHub's 401 "Bad credentials",
+	// without applying the request: what GitHub says to a token it does
+	// not take (expired by its clock, or not yet usable everywhere).
+	FaultUnauthorized FaultKind = "unauthorized"
 )
 
 // Fault is a fault injected into the REST requests that match Route.
@@ -119,7 +123,7 @@ func (s *Sim) SetFault(f Fault) (string, error) {
 		if f.Status < 500 || f.Status > 599 {
 			return "", fmt.Errorf("ghsim: fault status %d is not a 5xx: %w", f.Status, ErrInvalid)
 		}
-	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter, FaultBaseModified, FaultMergeInProgress:
+	case FaultTooManyRequests, FaultDropBefore, FaultDropAfter, FaultBaseModified, FaultMergeInProgress, FaultUnauthorized:
 	case FaultLatency:
 		if f.Latency <= 0 {
 			return "", fmt.Errorf("ghsim: latency fault without Latency: %w", ErrInvalid)
@@ -258,10 +262,12 @@ func (ft *fault) matches(method string, segs []string, inst int64) bool {
 	return len(segs) == len(ft.pattern)
 }
 
-// response is the answer of a status, 429, base-modified or
-// merge-in-progress fault.
+// response is the answer of a status, 429, base-modified,
+// merge-in-progress or unauthorized fault.
 func (a faultAction) response() response {
 	switch a.kind {
+	case FaultUnauthorized:
+		return badCredentials()
 	case FaultBaseModified:
 		return errResponse(http.StatusMethodNotAllowed, "Base branch was modified. Review and try the merge again.", docsRoot)
 	case FaultMergeInProgress:

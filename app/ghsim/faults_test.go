@@ -59,6 +59,25 @@ func TestFaultMergeInProgress(t *testing.T) {
 	}
 }
 
+func TestFaultUnauthorized(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	cl := e.client(1)
+	mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: FaultUnauthorized, Count: 1})
+	_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
+	wantStatus(t, err, http.StatusUnauthorized)
+	if !strings.Contains(err.Error(), "Bad credentials") {
+		t.Errorf("error %v", err)
+	}
+	if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
+		t.Fatal("an unauthorized fault applied the merge")
+	}
+	if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
+		t.Fatalf("the count-1 fault fired twice: %v", err)
+	}
+}
+
 func TestFaultStatus(t *testing.T) {
 	t.Parallel()
 	e := seeded(t, Config{})

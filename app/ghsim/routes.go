@@ -157,7 +157,7 @@ func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
 		}
 	}
 	switch act.kind {
-	case FaultStatus, FaultTooManyRequests, FaultBaseModified, FaultMergeInProgress:
+	case FaultStatus, FaultTooManyRequests, FaultBaseModified, FaultMergeInProgress, FaultUnauthorized:
 		s.write(c, act.response())
 		return
 	case FaultDropBefore:
