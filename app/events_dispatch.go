@@ -41,7 +41,8 @@ type EventDispatcherConfig struct {
 	// ledger (deduplication and missed-delivery recovery look back three
 	// days, so at least 72h). Defaults to 7 days.
 	Retention time.Duration
-	// PruneInterval is how often old deliveries are pruned. Defaults to 1h.
+	// PruneInterval is how often old deliveries are pruned (also once at
+	// Start). Defaults to 1h.
 	PruneInterval time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -373,8 +374,24 @@ func (d *EventDispatcher) loop(ctx context.Context) {
 		}
 	}
 
+	// pruneLedger deletes the deliveries older than the retention. It runs
+	// at start too (once the pending deliveries are handed out), not only
+	// every PruneInterval: a server restarted more often than that would
+	// otherwise never prune.
+	pruneLedger := func() {
+		before := d.cfg.Now().Add(-d.cfg.Retention)
+		if n, err := d.ledger.Prune(ctx, before); err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("pruning the deliveries ledger failed", zap.String(logKeyEvent, "events.prune_failed"), zap.Error(err))
+			}
+		} else if n > 0 {
+			d.log.Info("old deliveries pruned", zap.String(logKeyEvent, "events.pruned"), zap.Int64("deliveries", n))
+		}
+	}
+
 	rescan = !scan()
 	pump()
+	pruneLedger()
 	for {
 		select {
 		case <-ctx.Done():
@@ -407,14 +424,7 @@ func (d *EventDispatcher) loop(ctx context.Context) {
 				rescan = !scan()
 			}
 		case <-prune.C:
-			before := d.cfg.Now().Add(-d.cfg.Retention)
-			if n, err := d.ledger.Prune(ctx, before); err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("pruning the deliveries ledger failed", zap.String(logKeyEvent, "events.prune_failed"), zap.Error(err))
-				}
-			} else if n > 0 {
-				d.log.Info("old deliveries pruned", zap.String(logKeyEvent, "events.pruned"), zap.Int64("deliveries", n))
-			}
+			pruneLedger()
 		}
 		pump()
 	}

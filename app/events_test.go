@@ -393,7 +393,9 @@ func TestDispatcherResumesAfterRestart(t *testing.T) {
 // never.
 func TestLedgerPrune(t *testing.T) {
 	t.Parallel()
-	e := newDispatchEnv(t, nil, nil, nil)
+	// The dispatcher's own pruning (at start) must leave them to the
+	// test's.
+	e := newDispatchEnv(t, nil, func(c *EventDispatcherConfig) { c.Retention = 30 * 24 * time.Hour }, nil)
 	ctx := hookCtx(t)
 	now := time.Now()
 	old := now.Add(-8 * 24 * time.Hour)
@@ -403,6 +405,7 @@ func TestLedgerPrune(t *testing.T) {
 		}
 	}
 	e.start()
+	e.waitState(ctx, "p0", DeliveryHandled)
 	e.waitState(ctx, "p1", DeliveryHandled)
 	e.waitState(ctx, "p2", DeliveryHandled)
 	var bodies int
@@ -421,6 +424,36 @@ func TestLedgerPrune(t *testing.T) {
 	if len(all) != 2 || all[0].ID != "p2" || all[1].ID != "pending-old" {
 		t.Errorf("left %+v", all)
 	}
+}
+
+// The ledger is pruned as the dispatcher starts, not only an interval
+// later: a server restarted more often than that would otherwise keep
+// every delivery it ever received.
+func TestLedgerPrunedAtStart(t *testing.T) {
+	t.Parallel()
+	// A first run that keeps them, so they are seen handled.
+	e := newDispatchEnv(t, nil, func(c *EventDispatcherConfig) { c.Retention = 30 * 24 * time.Hour }, nil)
+	ctx := hookCtx(t)
+	old := time.Now().Add(-8 * 24 * time.Hour)
+	for _, id := range []string{"old-1", "old-2"} {
+		if _, err := e.ledger.Record(ctx, Delivery{ID: id, Event: "ping", ReceivedAt: old, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start()
+	e.waitState(ctx, "old-1", DeliveryHandled)
+	e.waitState(ctx, "old-2", DeliveryHandled)
+	e.stop()
+
+	// The next start of the server, with the default retention (7 days)
+	// and PruneInterval (1h).
+	next := newDispatchEnv(t, e.db, nil, nil)
+	next.start()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hookEventually(t, pctx, "old deliveries pruned at start", func() bool {
+		return len(ledgerAll(t, ctx, next.ledger)) == 0
+	})
 }
 
 func TestDeliveryKey(t *testing.T) {
