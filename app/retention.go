@@ -2,11 +2,15 @@ package app
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/queue"
+	"github.com/baton-dev/baton/schema"
 )
 
 // DefaultOperationRetention is how long a finished operation's record is
@@ -30,11 +34,15 @@ type pruner struct {
 }
 
 // startPruner deletes, at start and then every pruneInterval, the
-// operations that finished longer than the retention ago, and the lease
-// histories of the keys nobody has held for as long.
+// operations that finished longer than the retention ago, the lease
+// histories of the keys nobody has held for as long, and the dead letters
+// of the operations deleted.
 func (s *Server) startPruner() {
 	if s.cfg.OperationRetention < 0 {
 		return
+	}
+	deadLetters := func(ctx context.Context, _ time.Time) (int64, error) {
+		return pruneDeadLetters(ctx, s.broker, s.store.Get)
 	}
 	pruners := []pruner{
 		{s.store.Prune, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_operations_pruned_total",
@@ -44,6 +52,10 @@ func (s *Server) startPruner() {
 		{s.coord.PruneHistory, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_lease_histories_pruned_total",
 			Help: "Lease keys whose history was deleted, nobody having held them for the retention (--operation-retention)."}),
 			"lease_histories"},
+		// The dead letters of the operations just deleted.
+		{deadLetters, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_dead_letters_pruned_total",
+			Help: "Dead letters deleted with (or after) their operation's record (--operation-retention)."}),
+			"dead_letters"},
 	}
 	for _, p := range pruners {
 		s.reg.MustRegister(p.counter)
@@ -77,4 +89,59 @@ func (s *Server) startPruner() {
 		wg.Wait()
 		return nil
 	})
+}
+
+// deadLetterPruning is what pruning dead letters needs of the queue
+// (*queue.Broker).
+type deadLetterPruning interface {
+	DeadLetters(ctx context.Context, after uint64, limit int) ([]queue.DeadLetter, error)
+	RemoveDeadLetter(ctx context.Context, seq uint64) error
+}
+
+// pruneDeadLetters deletes the dead letters that no longer stand for an
+// operation, and returns how many. A dead-lettered operation leaves the
+// dead-letter stream when it is replayed; one cancelled instead (the other
+// way out) would leave its dead letter there forever. So a dead letter
+// goes with its operation's record: when the record is gone (deleted after
+// the retention, or never stored), or belongs to a later operation with
+// the same ID (made with the same key once the first one's record was
+// deleted, so created at least MinOperationRetention after the dead
+// letter). Such a stale dead letter would also make the queue's reconciler
+// take the later operation for dead-lettered, and never publish it.
+// Unfinished operations keep their dead letters: they wait for an
+// operator.
+func pruneDeadLetters(ctx context.Context, q deadLetterPruning, get func(context.Context, string) (schema.Record, error)) (int64, error) {
+	const page = 100
+	var (
+		n     int64
+		after uint64
+	)
+	for {
+		dls, err := q.DeadLetters(ctx, after, page)
+		if err != nil {
+			return n, err
+		}
+		for _, dl := range dls {
+			after = dl.Sequence
+			rec, err := get(ctx, dl.OperationID)
+			switch {
+			case errors.Is(err, schema.ErrNotFound):
+			case err != nil:
+				return n, err
+			case dl.Time.Before(rec.CreatedAt.Add(-MinOperationRetention)):
+			default:
+				continue
+			}
+			switch err := q.RemoveDeadLetter(ctx, dl.Sequence); {
+			case errors.Is(err, queue.ErrDeadLetterNotFound): // replayed meanwhile
+			case err != nil:
+				return n, err
+			default:
+				n++
+			}
+		}
+		if len(dls) < page {
+			return n, nil
+		}
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -159,5 +162,163 @@ func TestServerKeepsOperationsForever(t *testing.T) {
 	}
 	if strings.Contains(metricsOf(t, srv), "baton_operations_pruned_total") {
 		t.Errorf("/metrics counts pruned operations with pruning off")
+	}
+}
+
+// seedDeadLetters dead-letters the operations ids in the queue of data
+// directory dir before a server opens it, as a consumer that keeps
+// failing leaves them.
+func seedDeadLetters(t *testing.T, dir string, ids ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := queue.New(queue.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	c, err := queue.NewConsumer(b, queue.ConsumerConfig{
+		Handler:     func(context.Context, string) queue.Result { return queue.Failed(errors.New("store unavailable")) },
+		MaxFailures: 1, FetchWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := b.Dispatch(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		dls, err := b.DeadLetters(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) == len(ids) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d dead letters of %d", len(dls), len(ids))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A dead-lettered operation that was cancelled (not replayed) loses its
+// dead letter when its record is pruned: the dead-letter stream does not
+// keep, forever, letters of operations nobody knows any more. Dead letters
+// of operations still known stay.
+func TestServerPrunesDeadLettersWithTheirOperations(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const retention = 7 * 24 * time.Hour
+	old, recent := time.Now().Add(-retention-time.Hour), time.Now().Add(-time.Hour)
+	seed := newSeedOperations(t, dir)
+	oldCancelled := seed.add("old-cancelled", old, &old)
+	oldQueued := seed.add("old-unfinished", old, nil)
+	recentCancelled := seed.add("recently-cancelled", old, &recent)
+	seed.close()
+	seedDeadLetters(t, dir, oldCancelled, oldQueued, recentCancelled)
+
+	srv := startServer(t, Config{DataDir: dir, OperationRetention: retention})
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dls, err := srv.broker.DeadLetters(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, dl := range dls {
+			left = append(left, dl.OperationID)
+		}
+		if !slices.Contains(left, oldCancelled) {
+			if len(left) != 2 || !slices.Contains(left, oldQueued) || !slices.Contains(left, recentCancelled) {
+				t.Fatalf("dead letters left: %v", left)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead letter of the pruned operation is still there (%d dead letters)", len(left))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for !strings.Contains(metricsOf(t, srv), "\nbaton_dead_letters_pruned_total 1\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics does not count the pruned dead letter")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// fakeDeadLetters is a dead-letter stream in memory.
+type fakeDeadLetters struct{ dls []queue.DeadLetter }
+
+func (f *fakeDeadLetters) DeadLetters(_ context.Context, after uint64, limit int) ([]queue.DeadLetter, error) {
+	var out []queue.DeadLetter
+	for _, dl := range f.dls {
+		if dl.Sequence > after && len(out) < limit {
+			out = append(out, dl)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDeadLetters) RemoveDeadLetter(_ context.Context, seq uint64) error {
+	f.dls = slices.DeleteFunc(f.dls, func(dl queue.DeadLetter) bool { return dl.Sequence == seq })
+	return nil
+}
+
+// A dead letter older than its operation's record belongs to an earlier
+// operation with the same ID (its record was pruned, and the key used
+// again): it goes, so the later operation can be dead-lettered itself and
+// is not taken for dead-lettered by the reconciler.
+func TestPruneDeadLettersOfEarlierOperations(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	q := &fakeDeadLetters{}
+	for i := range 250 { // more than a page
+		q.dls = append(q.dls, queue.DeadLetter{Sequence: uint64(i + 1), OperationID: fmt.Sprintf("op-%d", i%5), Time: now.Add(-40 * 24 * time.Hour)})
+	}
+	q.dls = append(q.dls, queue.DeadLetter{Sequence: 300, OperationID: "op-4", Time: now.Add(-time.Hour)})
+	records := map[string]schema.Record{
+		"op-1": {CreatedAt: now.Add(-41 * 24 * time.Hour)}, // still the same operation
+		"op-2": {CreatedAt: now.Add(-2 * time.Hour)},       // a later one with the same ID
+		"op-4": {CreatedAt: now.Add(-2 * time.Hour)},
+	}
+	get := func(_ context.Context, id string) (schema.Record, error) {
+		if r, ok := records[id]; ok {
+			return r, nil
+		}
+		return schema.Record{}, schema.ErrNotFound
+	}
+	n, err := pruneDeadLetters(context.Background(), q, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// op-0 and op-3 are gone, op-2's and op-4's old letters are stale.
+	if n != 200 {
+		t.Errorf("pruned %d, want 200", n)
+	}
+	for _, dl := range q.dls {
+		if dl.OperationID != "op-1" && dl.Sequence != 300 {
+			t.Fatalf("left %+v", dl)
+		}
+	}
+	if len(q.dls) != 51 {
+		t.Errorf("%d left, want 51", len(q.dls))
 	}
 }

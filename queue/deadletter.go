@@ -167,6 +167,25 @@ func (b *Broker) DeadLetterCount(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
+// RemoveDeadLetter deletes the dead letter at seq without replaying it.
+// It is for dead letters that no longer stand for anything: their
+// operation was cancelled and its record deleted after the retention. A
+// sequence that holds no dead letter (any more: replayed or removed since
+// it was listed) is ErrDeadLetterNotFound.
+func (b *Broker) RemoveDeadLetter(ctx context.Context, seq uint64) error {
+	s, err := b.session()
+	if err != nil {
+		return err
+	}
+	if _, err := s.getDeadLetter(ctx, seq); err != nil {
+		return err
+	}
+	if err := s.dlq.DeleteMsg(ctx, seq); err != nil {
+		return fmt.Errorf("queue: remove dead letter %d: %w", seq, err)
+	}
+	return nil
+}
+
 // PurgeDeadLetters removes every dead letter. The operations' records are
 // not touched: one that is not terminal is published again by the
 // reconciler, so cancel operations before purging their dead letters.

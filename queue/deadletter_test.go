@@ -131,6 +131,34 @@ func TestDeadLetterListAndPurge(t *testing.T) {
 	}
 }
 
+// A removed dead letter is gone, and its operation can be dead-lettered
+// again (a later operation with the same ID).
+func TestRemoveDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	s := b.sess.Load()
+	if err := s.deadLetter(ctx, "gone-0000", 5, "reason", 1); err != nil {
+		t.Fatal(err)
+	}
+	all, err := b.DeadLetters(ctx, 0, 0)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("dead letters: %+v, %v", all, err)
+	}
+	if err := b.RemoveDeadLetter(ctx, all[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RemoveDeadLetter(ctx, all[0].Sequence); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("second removal = %v, want ErrDeadLetterNotFound", err)
+	}
+	if left, err := b.DeadLetters(ctx, 0, 0); err != nil || len(left) != 0 {
+		t.Errorf("after removal: %+v, %v", left, err)
+	}
+	if err := s.deadLetter(ctx, "gone-0000", 5, "again", 2); err != nil {
+		t.Errorf("dead letter after removal: %v", err)
+	}
+}
+
 // An operation with two messages (its dispatch and a nudge) that keeps
 // failing gets one dead letter, not one per message.
 func TestOneDeadLetterPerOperation(t *testing.T) {

@@ -23,8 +23,8 @@
 //     dispatched after Dispatch returns (an outbox).
 //   - A Consumer: a durable pull consumer (explicit ack, Config.AckWait,
 //     unlimited deliveries) feeding ConsumerConfig.Concurrency handlers.
-//   - Dead letters (Broker.DeadLetters, ReplayDeadLetter, PurgeDeadLetters)
-//     and a Reconciler.
+//   - Dead letters (Broker.DeadLetters, ReplayDeadLetter, RemoveDeadLetter,
+//     PurgeDeadLetters) and a Reconciler.
 //
 // # Guarantees
 //
