@@ -1,6 +1,9 @@
 package ghsim
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -135,5 +138,41 @@ func TestDeliveriesFailWhenReceiverFails(t *testing.T) {
 	}
 	if ds = e.sim.Deliveries(); len(ds) != 2 || ds[1].StatusCode != 0 || ds[1].OK() {
 		t.Fatalf("deliveries = %+v", ds[1])
+	}
+}
+
+// The deliveries log keeps the newest 10,000 attempts (by default), so a
+// simulator that runs for long does not keep every payload it ever sent.
+func TestDeliveriesLogBounded(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	e.sim.SetWebhook("http://127.0.0.1:1/never", "")
+	e.sim.SetWebhookFault(WebhookFault{}) // logged, not sent
+	const n = 10050
+	for i := range n {
+		if _, err := e.sim.AddComment("octo", "demo", 10, fmt.Sprintf("comment %d", i), "octocat"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.sim.WaitDeliveries(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ds := e.sim.Deliveries()
+	if len(ds) != 10000 {
+		t.Fatalf("the log keeps %d deliveries, want 10000", len(ds))
+	}
+	for i := 1; i < len(ds); i++ {
+		if ds[i].ID <= ds[i-1].ID {
+			t.Fatalf("log out of order at %d", i)
+		}
+	}
+	var last struct {
+		Comment struct{ Body string } `json:"comment"`
+	}
+	if err := json.Unmarshal(ds[len(ds)-1].Payload, &last); err != nil || last.Comment.Body != fmt.Sprintf("comment %d", n-1) {
+		t.Errorf("newest kept: %q, %v", last.Comment.Body, err)
+	}
+	if err := e.sim.Redeliver(ds[0].ID - 1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("redelivery of a forgotten delivery = %v, want ErrNotFound", err)
 	}
 }

@@ -168,7 +168,8 @@
 // X-Hub-Signature-256 (SignPayload) and a GitHub-Hookshot User-Agent, and
 // are kept in a deliveries log like GitHub's (GET /app/hook/deliveries with
 // the App JWT, cursor-paginated; POST …/{id}/attempts redelivers with the
-// same GUID and redelivery true). SetWebhookFault makes deliveries fail
+// same GUID and redelivery true; the log keeps the newest
+// Config.MaxDeliveries attempts). SetWebhookFault makes deliveries fail
 // (logged with status 502, not sent) so that recovery loops can be tested;
 // WaitDeliveries waits until every queued delivery was attempted.
 //

@@ -54,6 +54,12 @@ type Config struct {
 	// WebhookTimeout bounds one delivery, as GitHub's 10 s does. Defaults to
 	// 10s.
 	WebhookTimeout time.Duration
+	// MaxDeliveries is how many delivery attempts the deliveries log keeps,
+	// payloads included: the newest; older ones are forgotten (listed no
+	// more, redelivered no more), as GitHub forgets those older than three
+	// days. It bounds the memory of a simulator that runs for long (baton
+	// serve --dev). Defaults to 10,000; negative keeps every one.
+	MaxDeliveries int
 
 	// Seed seeds the random choices of probabilistic faults. Defaults to 1.
 	Seed uint64
@@ -109,6 +115,7 @@ func New(cfg Config) (*Sim, error) {
 	cfg.AppName = cmp.Or(cfg.AppName, "baton-sim")
 	cfg.TokenTTL = cmp.Or(cfg.TokenTTL, time.Hour)
 	cfg.WebhookTimeout = cmp.Or(cfg.WebhookTimeout, 10*time.Second)
+	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, 10000)
 	cfg.Seed = cmp.Or(cfg.Seed, 1)
 	if cfg.AppID < 0 {
 		return nil, fmt.Errorf("ghsim: AppID %d is negative", cfg.AppID)

@@ -344,6 +344,8 @@ func (d *dispatcher) emit(appID int64, key, event, action string, instID, repoID
 	if err != nil {
 		return
 	}
+	// The log keeps it: not the room appendJSON's growth left beyond it.
+	body = bytes.Clone(body)
 	d.enqueue(&outgoing{id: d.s.newID(), guid: newGUID(), appID: appID, key: key, event: event, action: action, instID: instID, repoID: repoID, body: body})
 }
 
@@ -403,6 +405,9 @@ func (d *dispatcher) drain(key string, q *hookQueue) {
 		if rec != nil {
 			i, _ := slices.BinarySearchFunc(d.deliveries, rec.ID, func(e *Delivery, id int64) int { return int(e.ID - id) })
 			d.deliveries = slices.Insert(d.deliveries, i, rec)
+			if keep := d.s.cfg.MaxDeliveries; keep > 0 && len(d.deliveries) > keep {
+				d.deliveries = slices.Delete(d.deliveries, 0, len(d.deliveries)-keep) // the oldest
+			}
 		}
 		d.pending--
 		if d.pending == 0 {
