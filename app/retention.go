@@ -26,6 +26,11 @@ const MinOperationRetention = 72 * time.Hour
 // deleted. The first prune runs as the server starts.
 const pruneInterval = time.Hour
 
+// deadLetterSweepInterval is how often the dead letters of operations that
+// are finished (or gone) are removed: a cancelled dead-lettered operation
+// stops counting as waiting within it.
+const deadLetterSweepInterval = time.Minute
+
 // pruner is one kind of record startPruner deletes.
 type pruner struct {
 	prune   func(context.Context, time.Time) (int64, error)
@@ -34,15 +39,20 @@ type pruner struct {
 }
 
 // startPruner deletes, at start and then every pruneInterval, the
-// operations that finished longer than the retention ago, the lease
-// histories of the keys nobody has held for as long, and the dead letters
-// of the operations deleted.
+// operations that finished longer than the retention ago and the lease
+// histories of the keys nobody has held for as long; and, at start and
+// then every deadLetterSweepInterval, whatever the retention, the dead
+// letters that no longer stand for an operation waiting (pruneDeadLetters).
 func (s *Server) startPruner() {
+	deadLetters := pruner{func(ctx context.Context, _ time.Time) (int64, error) {
+		return pruneDeadLetters(ctx, s.broker, s.store.Get)
+	}, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_queue_dead_letters_removed_total",
+		Help: "Dead letters removed because their operation finished (cancelled) or its record is gone."}),
+		"dead_letters"}
+	s.reg.MustRegister(deadLetters.counter)
+	s.runPruners(deadLetterSweepInterval, 0, deadLetters)
 	if s.cfg.OperationRetention < 0 {
 		return
-	}
-	deadLetters := func(ctx context.Context, _ time.Time) (int64, error) {
-		return pruneDeadLetters(ctx, s.broker, s.store.Get)
 	}
 	pruners := []pruner{
 		{s.store.Prune, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_operations_pruned_total",
@@ -52,21 +62,23 @@ func (s *Server) startPruner() {
 		{s.coord.PruneHistory, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_lease_histories_pruned_total",
 			Help: "Lease keys whose history was deleted, nobody having held them for the retention (--operation-retention)."}),
 			"lease_histories"},
-		// The dead letters of the operations just deleted.
-		{deadLetters, prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_dead_letters_pruned_total",
-			Help: "Dead letters deleted with (or after) their operation's record (--operation-retention)."}),
-			"dead_letters"},
 	}
 	for _, p := range pruners {
 		s.reg.MustRegister(p.counter)
 	}
+	s.runPruners(pruneInterval, s.cfg.OperationRetention, pruners...)
+}
+
+// runPruners runs pruners, at start and then every interval, until the
+// server stops; each deletes what is older than retention.
+func (s *Server) runPruners(interval, retention time.Duration, pruners ...pruner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(pruneInterval)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			before := time.Now().Add(-s.cfg.OperationRetention)
+			before := time.Now().Add(-retention)
 			for _, p := range pruners {
 				n, err := p.prune(ctx, before)
 				p.counter.Add(float64(n))
@@ -99,17 +111,18 @@ type deadLetterPruning interface {
 }
 
 // pruneDeadLetters deletes the dead letters that no longer stand for an
-// operation, and returns how many. A dead-lettered operation leaves the
-// dead-letter stream when it is replayed; one cancelled instead (the other
-// way out) would leave its dead letter there forever. So a dead letter
-// goes with its operation's record: when the record is gone (deleted after
-// the retention, or never stored), or belongs to a later operation with
-// the same ID (made with the same key once the first one's record was
-// deleted, so created at least MinOperationRetention after the dead
-// letter). Such a stale dead letter would also make the queue's reconciler
-// take the later operation for dead-lettered, and never publish it.
-// Unfinished operations keep their dead letters: they wait for an
-// operator.
+// operation waiting, and returns how many. A dead-lettered operation
+// leaves the dead-letter stream when it is replayed; one cancelled instead
+// (the other way out) would leave its dead letter there forever, counted
+// by baton_queue_dead_letters as waiting. So a dead letter goes when its
+// operation is finished (cancelled), when its record is gone (deleted
+// after the retention, or never stored), or when the record belongs to a
+// later operation with the same ID (made with the same key once the first
+// one's record was deleted, so created at least MinOperationRetention
+// after the dead letter). Such a stale dead letter would also make the
+// queue's reconciler take the later operation for dead-lettered, and
+// never publish it. Unfinished operations keep their dead letters: they
+// wait for an operator.
 func pruneDeadLetters(ctx context.Context, q deadLetterPruning, get func(context.Context, string) (schema.Record, error)) (int64, error) {
 	const page = 100
 	var (
@@ -128,6 +141,7 @@ func pruneDeadLetters(ctx context.Context, q deadLetterPruning, get func(context
 			case errors.Is(err, schema.ErrNotFound):
 			case err != nil:
 				return n, err
+			case rec.Status.Terminal():
 			case dl.Time.Before(rec.CreatedAt.Add(-MinOperationRetention)):
 			default:
 				continue

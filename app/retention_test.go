@@ -217,10 +217,46 @@ func seedDeadLetters(t *testing.T, dir string, ids ...string) {
 	}
 }
 
+// waitDeadLetters waits until the dead letters left in srv's queue are
+// those of the operations want, and /metrics counts removed of them
+// removed.
+func waitDeadLetters(t *testing.T, srv *Server, removed int, want ...string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	var left []string
+	for {
+		dls, err := srv.broker.DeadLetters(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = left[:0]
+		for _, dl := range dls {
+			left = append(left, dl.OperationID)
+		}
+		slices.Sort(left)
+		slices.Sort(want)
+		if slices.Equal(left, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead letters left: %v, want %v", left, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for line := fmt.Sprintf("\nbaton_queue_dead_letters_removed_total %d\n", removed); !strings.Contains(metricsOf(t, srv), line); {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q", strings.TrimSpace(line))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A dead-lettered operation that was cancelled (not replayed) loses its
-// dead letter when its record is pruned: the dead-letter stream does not
-// keep, forever, letters of operations nobody knows any more. Dead letters
-// of operations still known stay.
+// dead letter: the dead-letter stream does not keep letters of operations
+// nobody waits for, which baton_queue_dead_letters would count as waiting,
+// nor, forever, letters of operations whose records were pruned. Dead
+// letters of unfinished operations stay.
 func TestServerPrunesDeadLettersWithTheirOperations(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -234,34 +270,23 @@ func TestServerPrunesDeadLettersWithTheirOperations(t *testing.T) {
 	seedDeadLetters(t, dir, oldCancelled, oldQueued, recentCancelled)
 
 	srv := startServer(t, Config{DataDir: dir, OperationRetention: retention})
-	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		dls, err := srv.broker.DeadLetters(ctx, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var left []string
-		for _, dl := range dls {
-			left = append(left, dl.OperationID)
-		}
-		if !slices.Contains(left, oldCancelled) {
-			if len(left) != 2 || !slices.Contains(left, oldQueued) || !slices.Contains(left, recentCancelled) {
-				t.Fatalf("dead letters left: %v", left)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead letter of the pruned operation is still there (%d dead letters)", len(left))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for !strings.Contains(metricsOf(t, srv), "\nbaton_dead_letters_pruned_total 1\n") {
-		if time.Now().After(deadline) {
-			t.Fatal("/metrics does not count the pruned dead letter")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDeadLetters(t, srv, 2, oldQueued)
+}
+
+// Records kept forever (no retention): the dead letter of a cancelled
+// operation goes all the same.
+func TestServerRemovesDeadLettersOfCancelledOperations(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	at := time.Now().Add(-time.Hour)
+	seed := newSeedOperations(t, dir)
+	cancelled := seed.add("cancelled", at, &at)
+	queued := seed.add("unfinished", at, nil)
+	seed.close()
+	seedDeadLetters(t, dir, cancelled, queued)
+
+	srv := startServer(t, Config{DataDir: dir, OperationRetention: -1})
+	waitDeadLetters(t, srv, 1, queued)
 }
 
 // fakeDeadLetters is a dead-letter stream in memory.

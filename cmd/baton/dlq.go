@@ -19,8 +19,8 @@ func newDLQCmd() *cobra.Command {
 		Long: `Dead letters are operations the queue gave up delivering after repeated
 consumer failures (the store unavailable, a bug): their records are
 untouched, they wait for an operator. List them, fix the cause, and replay
-them (or cancel the operation: its dead letter then goes with its record,
-after --operation-retention). Both need an admin token.`,
+them (or cancel the operation: its dead letter is then removed within a
+minute). Both need an admin token.`,
 		Example: `  baton dlq list
   baton dlq replay 17`,
 	}
