@@ -217,9 +217,6 @@ func (o *cliOptionalDuration) Set(s string) error {
 
 func (o *cliOptionalDuration) Type() string { return "duration" }
 
-// addWaitFlag registers --wait[=DURATION] on cmd. A duration given after a
-// space (--wait 30s) would be taken for an argument: cmd's argument check
-// then says to write --wait=30s.
 // Exit statuses of a client command that waited for an operation
 // (--wait): 0 when it succeeded.
 const (
@@ -251,6 +248,9 @@ func cliWaitOutcome(w io.Writer, op client.Operation, asJSON bool) error {
 	}
 }
 
+// addWaitFlag registers --wait[=DURATION] on cmd. A duration given after a
+// space (--wait 30s) would be taken for an argument: cmd's argument check
+// then says to write --wait=30s.
 func addWaitFlag(cmd *cobra.Command, usage string) *cliOptionalDuration {
 	w := &cliOptionalDuration{}
 	f := cmd.Flags().VarPF(w, "wait", "", usage)
