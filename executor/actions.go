@@ -61,28 +61,29 @@ func unprocessable(resp *github.Response, err error, want string) bool {
 }
 
 // mergeRefusedForNow reports whether a merge was refused with a 405 that
-// a later attempt can get past, and says which:
+// a later attempt can get past, and how to take it:
 //   - "Base branch was modified. Review and try the merge again.": the base
 //     moved just before the merge, which GitHub did not apply;
 //   - "Merge already in progress": GitHub is still carrying out an earlier
-//     merge of the pull request (ours, after a timeout, or anyone's). The
-//     next attempt finds it done (the probe, or 405 "not mergeable" once
-//     merged, probed again after an ambiguous attempt) or not done.
+//     merge of the pull request, most likely ours after a timeout. That
+//     merge may land: the refusal is ambiguous, so the pull request is
+//     probed (merged at the sha?) before another attempt, and before the
+//     operation is given up after its last attempt.
 //
 // Any other 405 ("Pull Request is not mergeable", a merge method the
 // repository does not allow) is a refusal.
-func mergeRefusedForNow(resp *github.Response, err error) (string, bool) {
+func mergeRefusedForNow(resp *github.Response, err error) (msg string, ambiguous, ok bool) {
 	var ere *github.ErrorResponse
 	if resp == nil || resp.StatusCode != http.StatusMethodNotAllowed || !asErrorResponse(err, &ere) {
-		return "", false
+		return "", false, false
 	}
 	switch m := strings.ToLower(ere.Message); {
 	case strings.Contains(m, "base branch was modified"):
-		return "base branch was modified; trying again", true
+		return "base branch was modified; trying again", false, true
 	case strings.Contains(m, "merge already in progress"):
-		return "a merge of the pull request is already in progress; trying again", true
+		return "a merge of the pull request is already in progress; trying again", true, true
 	}
-	return "", false
+	return "", false, false
 }
 
 // guardKey carries, in a call's context, the check an action runs
@@ -179,13 +180,13 @@ func (mergeAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t
 	opts := &github.PullRequestOptions{SHA: pl.SHA, MergeMethod: pl.Method, CommitTitle: pl.CommitTitle}
 	r, resp, err := c.PullRequests.Merge(ctx, t.Owner, t.Repo, t.Number, pl.CommitMessage, opts)
 	if err != nil {
-		if msg, ok := mergeRefusedForNow(resp, err); ok {
+		if msg, ambiguous, ok := mergeRefusedForNow(resp, err); ok {
 			// GitHub refuses a merge when the base branch moved just before
 			// (another merge landed) or while a merge is still being carried
-			// out: the merge was not applied, and trying again after the
-			// usual wait works.
-			return nil, resp, &actionError{Classification{Category: CategoryConflict, Retryable: true, Status: resp.StatusCode,
-				RequestID: requestID(resp.Response), Message: msg}}
+			// out: this request was not applied, and trying again after the
+			// usual wait works (after a probe, when a merge may be landing).
+			return nil, resp, &actionError{Classification{Category: CategoryConflict, Retryable: true, Ambiguous: ambiguous,
+				Status: resp.StatusCode, RequestID: requestID(resp.Response), Message: msg}}
 		}
 		return nil, resp, err
 	}

@@ -1,9 +1,12 @@
 package executor
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/google/go-github/v62/github"
 
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
@@ -15,10 +18,15 @@ import (
 // Review and try the merge again."; and while an earlier merge of the pull
 // request is still being carried out, "Merge already in progress". Neither
 // merge was applied: the operation tries again after the usual wait instead
-// of failing as a refusal.
+// of failing as a refusal. A merge in progress may be landing: the pull
+// request is probed before the next attempt.
 func TestMergeRetriedAfterPassingRefusal(t *testing.T) {
 	t.Parallel()
-	for i, kind := range []ghsim.FaultKind{ghsim.FaultBaseModified, ghsim.FaultMergeInProgress} {
+	for i, tc := range []struct {
+		kind   ghsim.FaultKind
+		probes int
+	}{{ghsim.FaultBaseModified, 0}, {ghsim.FaultMergeInProgress, 1}} {
+		kind := tc.kind
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			s := newStack(t, stackOptions{})
@@ -33,8 +41,8 @@ func TestMergeRetriedAfterPassingRefusal(t *testing.T) {
 				t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
 			}
 			calls, probes := callsAndProbes(got)
-			if calls != 2 || probes != 0 {
-				t.Errorf("calls=%d probes=%d (the refused merge was not applied: nothing to probe)", calls, probes)
+			if calls != 2 || probes != tc.probes {
+				t.Errorf("calls=%d probes=%d, want 2 and %d", calls, probes, tc.probes)
 			}
 			if a := got.AttemptLog[0]; a.HTTPStatus != 405 || a.ErrorCategory != CategoryConflict {
 				t.Errorf("first attempt %+v", a)
@@ -43,5 +51,35 @@ func TestMergeRetriedAfterPassingRefusal(t *testing.T) {
 				t.Error("pull request not merged")
 			}
 		})
+	}
+}
+
+// "Merge already in progress" on the last attempt: an earlier merge of the
+// pull request may be landing (here it has: a merge made before, standing
+// for our own earlier attempt whose answer was lost). The operation is
+// probed before it is given up, and recorded succeeded since the pull
+// request is merged at its sha.
+func TestMergeInProgressOnLastAttemptProbed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	head := ghsim.DemoHeadSHA(3)
+	cl, err := s.gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cl.PullRequests.Merge(context.Background(), "octo", "demo", 3, "", &github.PullRequestOptions{SHA: head}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "PUT /repos/{owner}/{repo}/pulls/{number}/merge", Kind: ghsim.FaultMergeInProgress, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "in-progress-last", schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/demo#3"}, `{"sha":"`+head+`"}`,
+		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 {
+		t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
+	}
+	if calls, probes := callsAndProbes(got); calls != 1 || probes != 1 {
+		t.Errorf("calls=%d probes=%d, want 1 and 1", calls, probes)
 	}
 }
