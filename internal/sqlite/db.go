@@ -91,6 +91,11 @@ type request struct {
 	ctx  context.Context
 	fn   func(*Tx) error
 	done chan error
+	// alone runs fn in a transaction of its own, batched with no other
+	// write: a write that may fail in SQLite itself (Ready's probe on a
+	// full disk), whose failure would roll back every write batched with
+	// it.
+	alone bool
 }
 
 // Open opens (creating if needed) the database file at path, applies the
@@ -239,7 +244,12 @@ func (db *DB) Path() string { return db.path }
 // says, so that nil always means durable and an error always means nothing
 // of fn was kept.
 func (db *DB) Write(ctx context.Context, fn func(*Tx) error) error {
-	req := &request{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	return db.write(ctx, fn, false)
+}
+
+// write is Write, in a transaction of its own when alone.
+func (db *DB) write(ctx context.Context, fn func(*Tx) error, alone bool) error {
+	req := &request{ctx: ctx, fn: fn, done: make(chan error, 1), alone: alone}
 	db.mu.RLock()
 	if db.closed {
 		db.mu.RUnlock()
@@ -285,25 +295,38 @@ func (db *DB) Close() error {
 func (db *DB) run() {
 	defer close(db.done)
 	batch := make([]*request, 0, db.opts.MaxBatch)
+	// held is a request to run alone that fill took off the queue: it is
+	// the next batch.
+	var held *request
 	for {
-		var first *request
-		select {
-		case first = <-db.reqs:
-		case <-db.quit:
-			// Write no longer accepts requests; finish the ones queued.
-			for {
-				select {
-				case r := <-db.reqs:
-					batch = append(batch[:0], r)
-					batch = db.fill(batch)
-					db.commit(batch)
-				default:
-					return
+		first := held
+		held = nil
+		if first == nil {
+			select {
+			case first = <-db.reqs:
+			case <-db.quit:
+				// Write no longer accepts requests; finish the ones queued.
+				for {
+					select {
+					case r := <-db.reqs:
+						for r != nil {
+							batch = append(batch[:0], r)
+							r = nil
+							if !batch[0].alone {
+								batch, r = db.fill(batch)
+							}
+							db.commit(batch)
+						}
+					default:
+						return
+					}
 				}
 			}
 		}
 		batch = append(batch[:0], first)
-		batch = db.fill(batch)
+		if !first.alone {
+			batch, held = db.fill(batch)
+		}
 		db.commit(batch)
 	}
 }
@@ -332,16 +355,19 @@ func (db *DB) checkpoint() {
 }
 
 // fill adds the requests already waiting, up to MaxBatch.
-func (db *DB) fill(batch []*request) []*request {
+func (db *DB) fill(batch []*request) (_ []*request, alone *request) {
 	for len(batch) < db.opts.MaxBatch {
 		select {
 		case r := <-db.reqs:
+			if r.alone {
+				return batch, r
+			}
 			batch = append(batch, r)
 		default:
-			return batch
+			return batch, nil
 		}
 	}
-	return batch
+	return batch, nil
 }
 
 // commit runs one batch in one transaction and answers every request.
@@ -445,15 +471,18 @@ func (db *DB) Ready(ctx context.Context) error {
 	if f == nil {
 		return nil
 	}
-	err := db.Write(ctx, func(tx *Tx) error {
+	// Alone: on a full disk the probe fails in SQLite itself, which rolls
+	// back the whole transaction, and would take down every write batched
+	// with it, small ones that fit included.
+	err := db.write(ctx, func(tx *Tx) error {
 		// schema_migrations has no reader that could see the row: it is
 		// gone before the transaction commits.
-		if _, err := tx.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (-1, zeroblob(16384), 0)`); err != nil {
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO schema_migrations (version, name, applied_at) VALUES (-1, zeroblob(16384), 0)`); err != nil {
 			return err
 		}
 		_, err := tx.Exec(`DELETE FROM schema_migrations WHERE version = -1`)
 		return err
-	})
+	}, true)
 	if err == nil {
 		db.failure.CompareAndSwap(f, nil)
 		return nil

@@ -367,3 +367,73 @@ func TestReadyReportsFailingWrites(t *testing.T) {
 		t.Errorf("probe rows left in schema_migrations: %d (%v)", n, err)
 	}
 }
+
+// Ready's probe write runs in a transaction of its own: on a full disk it
+// fails in SQLite itself, which rolls back the whole transaction, and
+// writes batched with it (small ones that fit) would fail with it. A
+// server polled for readiness would turn its submissions into errors.
+func TestReadyProbeBatchedAlone(t *testing.T) {
+	t.Parallel()
+	db := openTest(t)
+	ctx := context.Background()
+	var pages int
+	if err := db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+2))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES ('big', zeroblob(100000))`)
+		return err
+	}); err == nil {
+		t.Fatal("a write larger than the database's cap was kept")
+	}
+	// Hold the writer, so that the next three requests queue up together:
+	// a small write, Ready, a small write.
+	release, holding := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() { held <- db.Write(ctx, func(*Tx) error { close(holding); <-release; return nil }) }()
+	<-holding
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); len(db.reqs) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests queued, want %d", len(db.reqs), n)
+			}
+		}
+	}
+	small := func(k string) <-chan error {
+		c := make(chan error, 1)
+		go func() {
+			c <- db.Write(ctx, func(tx *Tx) error {
+				_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES (?, 1)`, k)
+				return err
+			})
+		}()
+		return c
+	}
+	before := small("before")
+	queued(1)
+	ready := make(chan error, 1)
+	go func() { ready <- db.Ready(ctx) }()
+	queued(2)
+	after := small("after")
+	queued(3)
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-before; err != nil {
+		t.Errorf("small write queued before Ready's probe: %v", err)
+	}
+	if err := <-after; err != nil {
+		t.Errorf("small write queued after Ready's probe: %v", err)
+	}
+	if err := <-ready; err == nil {
+		t.Error("Ready on a full database: nil")
+	}
+}
