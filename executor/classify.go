@@ -335,7 +335,7 @@ func untilReset(reset time.Time, h http.Header, now time.Time) time.Duration {
 // 0; 0 when it names none (the caller then waits DefaultSecondaryWait).
 // GitHub sends X-RateLimit-Reset on every answer, as the reset of the
 // primary budget's hour, so with budget left it is not a wait
-// (secondaryWaitTransport gives such an answer Retry-After: 60 already).
+// (waitHeadersTransport gives such an answer Retry-After: 60 already).
 func secondaryWait(h http.Header, now time.Time) time.Duration {
 	if w := retryAfter(h, now); w > 0 {
 		return w

@@ -119,11 +119,12 @@ func newTransport() *http.Transport {
 // newClient wraps rt in a go-github client. The http.Client has no Timeout
 // of its own: deadlines come from contexts. (go-github replaces the body of
 // an error response without closing the original, which would leave the
-// http.Client's timeout goroutine running until the timeout fires.) A
-// secondary rate limit that names no wait is given GitHub's documented
-// minute before go-github reads it (secondaryWaitTransport).
+// http.Client's timeout goroutine running until the timeout fires.) The
+// waits an answer names are bounded, and a secondary rate limit that names
+// none is given GitHub's documented minute, before go-github reads them
+// (waitHeadersTransport).
 func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
-	c := github.NewClient(&http.Client{Transport: secondaryWaitTransport{rt}})
+	c := github.NewClient(&http.Client{Transport: waitHeadersTransport{rt}})
 	u := *g.base
 	c.BaseURL = &u
 	up := *g.base

@@ -3,14 +3,27 @@ package executor
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// secondaryWaitTransport gives a secondary-rate-limit refusal that names
-// no wait the wait GitHub documents for it, before go-github reads it.
+// waitHeadersTransport sets the waits an answer names to what baton
+// waits, before go-github reads them: go-github remembers a rate limit's
+// end and refuses the installation's requests on its own until then, so a
+// wait only Classify bounded would still hold the installation.
+//
+// It bounds Retry-After and x-ratelimit-reset to MaxProviderWait (from the
+// answer's Date): a reset sent in milliseconds, or a Retry-After of
+// years, would have go-github refuse every request for as long, each
+// refusal sending the operation back to the queue without spending an
+// attempt, until a restart.
+//
+// And it gives a secondary-rate-limit refusal that names no wait the wait
+// GitHub documents for it.
 //
 // GitHub's rule for a secondary limit: wait for Retry-After when it is
 // there; else, when x-ratelimit-remaining is 0, until x-ratelimit-reset;
@@ -21,11 +34,15 @@ import (
 // reset, up to an hour away, and baton would pause the installation as
 // long. The transport adds "Retry-After: 60" (DefaultSecondaryWait) to
 // such a refusal, so go-github and Classify both wait the minute.
-type secondaryWaitTransport struct{ next http.RoundTripper }
+type waitHeadersTransport struct{ next http.RoundTripper }
 
-func (t secondaryWaitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t waitHeadersTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusForbidden ||
+	if err != nil {
+		return resp, err
+	}
+	boundWaits(resp.Header, time.Now())
+	if resp.StatusCode != http.StatusForbidden ||
 		resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-Ratelimit-Remaining") == "0" {
 		return resp, err
 	}
@@ -33,6 +50,23 @@ func (t secondaryWaitTransport) RoundTrip(req *http.Request) (*http.Response, er
 		resp.Header.Set("Retry-After", strconv.Itoa(int(DefaultSecondaryWait.Seconds())))
 	}
 	return resp, nil
+}
+
+// boundWaits caps Retry-After (seconds) and x-ratelimit-reset (epoch
+// seconds, on GitHub's clock) at MaxProviderWait from the answer.
+func boundWaits(h http.Header, now time.Time) {
+	maxSecs := int64(MaxProviderWait / time.Second)
+	if v := h.Get("Retry-After"); v != "" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); (err == nil && n > maxSecs) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+			h.Set("Retry-After", strconv.FormatInt(maxSecs, 10))
+		}
+	}
+	if v := h.Get("X-Ratelimit-Reset"); v != "" {
+		latest := githubNow(h, now).Unix() + maxSecs
+		if n, err := strconv.ParseInt(v, 10, 64); (err == nil && n > latest) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+			h.Set("X-Ratelimit-Reset", strconv.FormatInt(latest, 10))
+		}
+	}
 }
 
 // secondaryRefusal reports whether a 403's body says a secondary rate

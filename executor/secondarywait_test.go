@@ -2,6 +2,11 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,5 +49,72 @@ func TestSecondaryLimitWithoutRetryAfterWaitsAMinute(t *testing.T) {
 	cl, _ = comment()
 	if !cl.NotSent || cl.Wait > DefaultSecondaryWait {
 		t.Errorf("request after the limit: %+v, want a local refusal of at most %v", cl, DefaultSecondaryWait)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A wait GitHub names beyond MaxProviderWait (a Retry-After of a year, a
+// reset sent in milliseconds) is bounded before go-github reads it:
+// go-github remembers the limit and refuses the installation's requests
+// on its own until its end, which Classify's bound alone would not change.
+func TestHugeWaitsBoundedBeforeGoGithub(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	date := now.UTC().Format(http.TimeFormat)
+	for _, tc := range []struct {
+		name    string
+		status  int
+		headers map[string]string
+		body    string
+	}{
+		{"secondary limit, Retry-After of a year", 403, map[string]string{"Retry-After": "31536000", "X-Ratelimit-Remaining": "4000"},
+			`{"message":"You have exceeded a secondary rate limit","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}`},
+		{"primary limit, reset in milliseconds", 403, map[string]string{"X-Ratelimit-Remaining": "0", "X-Ratelimit-Limit": "5000",
+			"X-Ratelimit-Reset": strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)},
+			`{"message":"API rate limit exceeded","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var sent int
+			c := github.NewClient(&http.Client{Transport: waitHeadersTransport{roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				sent++
+				h := http.Header{"Date": {date}, "Content-Type": {"application/json"}}
+				for k, v := range tc.headers {
+					h.Set(k, v)
+				}
+				return &http.Response{StatusCode: tc.status, Status: strconv.Itoa(tc.status), Header: h, Request: r,
+					Body: io.NopCloser(strings.NewReader(tc.body))}, nil
+			})}})
+			get := func() error {
+				_, _, err := c.Issues.Get(context.Background(), "octo", "demo", 1)
+				return err
+			}
+			if cl := Classify(get(), now); cl.Wait > MaxProviderWait || cl.Wait <= 0 {
+				t.Fatalf("GitHub's refusal: %+v", cl)
+			}
+			err := get()
+			if cl := Classify(err, now); !cl.NotSent || sent != 1 {
+				t.Fatalf("second request: %+v (sent %d), want go-github's own refusal", cl, sent)
+			}
+			// How long go-github will go on refusing on its own (what
+			// Classify makes of it is bounded in any case).
+			var until time.Duration
+			var rle *github.RateLimitError
+			var are *github.AbuseRateLimitError
+			switch {
+			case errors.As(err, &rle):
+				until = rle.Rate.Reset.Time.Sub(now)
+			case errors.As(err, &are) && are.RetryAfter != nil:
+				until = *are.RetryAfter
+			default:
+				t.Fatalf("second request: %v", err)
+			}
+			if until > MaxProviderWait+time.Minute {
+				t.Errorf("go-github refuses on its own for %v, want at most about %v", until, MaxProviderWait)
+			}
+		})
 	}
 }
