@@ -231,3 +231,12 @@ func (g *GitHubClients) Forget(id int64) {
 	delete(g.clients, id)
 	g.mu.Unlock()
 }
+
+// forgetClient drops an installation's cached client if it is still c.
+func (g *GitHubClients) forgetClient(id int64, c *github.Client) {
+	g.mu.Lock()
+	if g.clients[id] == c {
+		delete(g.clients, id)
+	}
+	g.mu.Unlock()
+}

@@ -669,12 +669,20 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	}
 	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
 	e.metrics.attempts.WithLabelValues(r.rec.Action, cl.Category).Inc()
+	r.renewToken(&cl)
 	r.log.Info("attempt failed", zap.String(LogEvent, "attempt_failed"), zap.Int(LogAttempt, a.Number),
 		zap.String(LogErrorCategory, cl.Category), zap.Int("httpStatus", last.HTTPStatus), zap.Bool("retryable", cl.Retryable))
 	if cl.PauseInstallation {
 		e.pauses.set(r.inst, e.now().Add(cl.Wait))
 	}
-	r.renewToken(&cl)
+	if cl.RenewToken && cl.Retryable {
+		// GitHub refused the token, not the request, which was not
+		// applied: the call goes again at once with a new token and
+		// spends no attempt (once per run: renewToken), so that a last
+		// attempt gets its renewal too.
+		r.rec.Attempts--
+		return Result{}, false, false
+	}
 	if !cl.Retryable {
 		if hasProbe(act) && appliedBefore(r.rec) {
 			// An earlier attempt may have been applied after all (GitHub
@@ -728,10 +736,12 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 }
 
 // renewToken drops the installation's client when GitHub refused its
-// token, and takes a new one: the next call exchanges a new token.
-// Operations of the installation running meanwhile finish their call with
-// the client they hold. It does so once per run: a token refused again is
-// a refusal (cl is made not retryable), as the design has every 401.
+// token, and takes a new one: the next call exchanges a new token. The
+// client is dropped only if it is still the one whose token was refused:
+// workers that met the same 401 together share one new token. Operations
+// of the installation running meanwhile finish their call with the client
+// they hold. It does so once per run: a token refused again is a refusal
+// (cl is made not retryable), as the design has every 401.
 func (r *runner) renewToken(cl *Classification) {
 	if !cl.RenewToken {
 		return
@@ -741,7 +751,7 @@ func (r *runner) renewToken(cl *Classification) {
 		return
 	}
 	r.tokenRenewed = true
-	r.e.gh.Forget(r.inst)
+	r.e.gh.forgetClient(r.inst, r.client)
 	if c, err := r.e.gh.Installation(r.inst); err == nil {
 		r.client = c
 	}

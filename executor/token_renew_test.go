@@ -32,11 +32,13 @@ func TestRefusedTokenRenewed(t *testing.T) {
 	ahead.Store(int64(3*time.Minute + 30*time.Second))
 	second := s.submit(t, "after", schema.ActionComment, issue, `{"body":"second"}`)
 	got := s.await(t, second.OperationID, 20*time.Second)
-	if got.Status != schema.StatusSucceeded || got.Attempts != 2 {
+	// The refused call spends no attempt: GitHub refused the token, not
+	// the request.
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
 		t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
 	}
 	if a := got.AttemptLog[0]; a.HTTPStatus != 401 || a.ErrorCategory != CategoryUnauthorized {
-		t.Errorf("first attempt %+v", a)
+		t.Errorf("first call %+v", a)
 	}
 	if n := s.sim.TokensIssued() - issued; n != 1 {
 		t.Errorf("%d tokens issued for the retry, want 1", n)
@@ -59,7 +61,26 @@ func TestTokenRenewedOnce(t *testing.T) {
 	rec := s.submit(t, "refused", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
 		func(sub *schema.Submission) { sub.MaxAttempts = 5 })
 	got := s.await(t, rec.OperationID, 20*time.Second)
-	if got.Status != schema.StatusFailed || got.Attempts != 2 || got.LastErrorCategory != CategoryUnauthorized {
+	if got.Status != schema.StatusFailed || got.Attempts != 1 || len(got.AttemptLog) != 2 || got.LastErrorCategory != CategoryUnauthorized {
 		t.Fatalf("status=%s attempts=%d category=%s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.AttemptLog)
+	}
+}
+
+// An operation of one attempt gets its token renewal too: the call GitHub
+// refused for its token spends no attempt.
+func TestTokenRenewedOnLastAttempt(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultUnauthorized, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "one-attempt", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
+		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
+		t.Fatalf("status=%s attempts=%d category=%s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.AttemptLog)
+	}
+	if n := len(s.sim.Effects()); n != 1 {
+		t.Errorf("%d effects, want 1", n)
 	}
 }
