@@ -145,7 +145,7 @@ func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, 
 		return DeadLetter{}, fmt.Errorf("queue: replay dead letter %d: %w", seq, err)
 	}
 	b.counters.replayed.Add(1)
-	if err := s.dlq.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := s.deleteDeadLetter(ctx, seq); err != nil && !errors.Is(err, ErrDeadLetterNotFound) {
 		return DeadLetter{}, fmt.Errorf("queue: remove replayed dead letter %d: %w", seq, err)
 	}
 	b.log.Info("dead letter replayed", zap.String(fieldEvent, "queue.dead_letter_replayed"),
@@ -180,10 +180,23 @@ func (b *Broker) RemoveDeadLetter(ctx context.Context, seq uint64) error {
 	if _, err := s.getDeadLetter(ctx, seq); err != nil {
 		return err
 	}
-	if err := s.dlq.DeleteMsg(ctx, seq); err != nil {
-		return fmt.Errorf("queue: remove dead letter %d: %w", seq, err)
+	return s.deleteDeadLetter(ctx, seq)
+}
+
+// deleteDeadLetter deletes the dead letter at seq; ErrDeadLetterNotFound
+// when it is gone already. JetStream answers the deletion of a message
+// deleted meanwhile (a replay and the dead-letter sweep racing) with a
+// plain "deletion unsuccessful", not "not found": the message is looked
+// for again to tell.
+func (s *session) deleteDeadLetter(ctx context.Context, seq uint64) error {
+	err := s.dlq.DeleteMsg(ctx, seq)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if _, gerr := s.getDeadLetter(ctx, seq); errors.Is(gerr, ErrDeadLetterNotFound) {
+		return gerr
+	}
+	return fmt.Errorf("queue: remove dead letter %d: %w", seq, err)
 }
 
 // PurgeDeadLetters removes every dead letter. The operations' records are

@@ -157,6 +157,19 @@ func TestRemoveDeadLetter(t *testing.T) {
 	if err := s.deadLetter(ctx, "gone-0000", 5, "again", 2); err != nil {
 		t.Errorf("dead letter after removal: %v", err)
 	}
+	// A replay and the sweep racing: each found the dead letter, then the
+	// other deleted it first. The one that comes second hears "not found",
+	// not JetStream's "deletion unsuccessful".
+	again, err := b.DeadLetters(ctx, 0, 0)
+	if err != nil || len(again) != 1 {
+		t.Fatalf("dead letters: %+v, %v", again, err)
+	}
+	if err := s.deleteDeadLetter(ctx, again[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.deleteDeadLetter(ctx, again[0].Sequence); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("deleting a deleted dead letter = %v, want ErrDeadLetterNotFound", err)
+	}
 }
 
 // An operation with two messages (its dispatch and a nudge) that keeps
