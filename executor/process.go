@@ -205,7 +205,7 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored resource: %w", err)), false
 	}
-	payload, err := schema.DecodePayload(rec.Action, rec.Payload)
+	payload, err := schema.DecodeStoredPayload(rec.Action, rec.Payload)
 	if err != nil {
 		return failed(fmt.Errorf("executor: stored payload: %w", err)), false
 	}

@@ -1,7 +1,10 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -219,6 +222,50 @@ func DecodePayload(action string, raw json.RawMessage) (any, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// DecodeStoredPayload decodes the payload of a stored record. It is
+// DecodePayload, except that a payload DecodePayload refuses is read
+// again as baton read payloads before they were decoded strictly (Go's
+// encoding/json: member names matched whatever their case, unknown members
+// refused): a record an older baton accepted and stored as it was sent,
+// still queued when baton is upgraded, is carried out as that baton would
+// have carried it out, instead of failing every delivery until it is
+// dead-lettered. What it asks for must still pass today's validation.
+// Submissions are decoded by DecodePayload alone.
+func DecodeStoredPayload(action string, raw json.RawMessage) (any, error) {
+	p, err := DecodePayload(action, raw)
+	if err == nil {
+		return p, nil
+	}
+	lp, decoded := decodeLegacyPayload(action, raw)
+	if !decoded {
+		return nil, err
+	}
+	if err := lp.validate(); err != nil {
+		return nil, err
+	}
+	return lp, nil
+}
+
+// decodeLegacyPayload decodes raw by the rules of the earlier versions of
+// baton that stored payloads without decoding them strictly; decoded is
+// false when those rules refuse it too.
+func decodeLegacyPayload(action string, raw json.RawMessage) (p payload, decoded bool) {
+	spec, ok := Actions[action]
+	if !ok || !isObject(raw) {
+		return nil, false
+	}
+	p = spec.newPayload()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if dec.Decode(p) != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, false
+	}
+	return p, true
 }
 
 // CanonicalPayload decodes raw as action's payload (DecodePayload) and

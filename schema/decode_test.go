@@ -115,6 +115,44 @@ func TestDecodePayloadStrict(t *testing.T) {
 	}
 }
 
+// A stored payload that an older baton accepted (names matched whatever
+// their case) is read as that baton read it, so that its operation runs
+// after an upgrade; a submission is still decoded strictly, and what a
+// stored payload asks for must still be valid.
+func TestDecodeStoredPayload(t *testing.T) {
+	t.Parallel()
+	sha := sha40("a")
+	p, err := DecodeStoredPayload(ActionComment, json.RawMessage(`{"Body":"hi"}`))
+	if err != nil || p.(*CommentPayload).Body != "hi" {
+		t.Errorf("comment stored by an older baton: %+v, %v", p, err)
+	}
+	p, err = DecodeStoredPayload(ActionMerge, json.RawMessage(`{"Method":"squash","SHA":"`+sha+`"}`))
+	if err != nil || p.(*MergePayload).SHA != sha || p.(*MergePayload).Method != "squash" {
+		t.Errorf("merge stored by an older baton: %+v, %v", p, err)
+	}
+	r := validRecord()
+	r.Payload = json.RawMessage(`{"Body":"hi"}`)
+	if err := r.Validate(); err != nil {
+		t.Errorf("a record stored by an older baton cannot be saved: %v", err)
+	}
+	s := validSubmission()
+	s.Action, s.Resource, s.Payload = ActionComment, Resource{ResourceIssue, "octo/app#1"}, json.RawMessage(`{"Body":"hi"}`)
+	if err := s.Validate(); err == nil {
+		t.Error("a submission with a mis-cased member is accepted")
+	}
+	for _, c := range []struct{ action, payload, msg string }{
+		{ActionComment, `{"bogus":"x"}`, "unknown field payload.bogus"},
+		{ActionRemoveLabel, `{"Label":".."}`, "cannot be"},
+		{ActionComment, `[]`, "payload must be a JSON object"},
+		{ActionComment, `{"body":""}`, "payload.body"},
+	} {
+		if _, err := DecodeStoredPayload(c.action, json.RawMessage(c.payload)); err == nil ||
+			ErrorCode(err) != CodeInvalidRequest || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("DecodeStoredPayload(%s, %s) = %v, want invalid_request saying %q", c.action, c.payload, err, c.msg)
+		}
+	}
+}
+
 // Every spelling of a repository's name is one resource; ref names keep
 // their case.
 func TestCanonicalResource(t *testing.T) {

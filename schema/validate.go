@@ -74,7 +74,9 @@ func ValidOperationID(id string) bool {
 }
 
 // Validate checks that r is a well-formed record in a consistent state. The
-// store calls it before every write.
+// store calls it before every write. The payload is read as a stored one
+// (DecodeStoredPayload), so that a record an earlier baton stored can still
+// be saved; a submission's is checked strictly (Submission.Validate).
 func (r *Record) Validate() error {
 	if !ValidOperationID(r.OperationID) {
 		return Invalidf("operationId must be 64 lower-case hex characters")
@@ -91,7 +93,7 @@ func (r *Record) Validate() error {
 	if err := validActionResource(r.Action, r.Resource); err != nil {
 		return err
 	}
-	if err := validPayload(r.Action, r.Payload); err != nil {
+	if err := validStoredPayload(r.Action, r.Payload); err != nil {
 		return err
 	}
 	if err := validText(r.CorrelationID, "correlationId", 0, MaxCorrelationIDChars); err != nil {
@@ -157,6 +159,16 @@ func validPayload(action string, raw json.RawMessage) error {
 	}
 	_, err := DecodePayload(action, raw) // a JSON object, decoded strictly
 
+	return err
+}
+
+// validStoredPayload is validPayload for the payload of a stored record,
+// which an older baton may have accepted by its rules (DecodeStoredPayload).
+func validStoredPayload(action string, raw json.RawMessage) error {
+	if len(raw) > MaxPayloadBytes {
+		return &Error{Code: CodePayloadTooLarge, Message: "payload is larger than 256 KiB"}
+	}
+	_, err := DecodeStoredPayload(action, raw)
 	return err
 }
 
