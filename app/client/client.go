@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -150,12 +151,31 @@ func CodeOf(err error) string {
 	return ""
 }
 
+// DefaultRetries is how many times a client sends a request that is safe
+// to repeat again after a passing failure (see WithRetries).
+const DefaultRetries = 5
+
+// Delays between tries: retryBaseDelay · 2^n with jitter, at most
+// retryMaxDelay, raised to the server's Retry-After; a Retry-After longer
+// than maxRetryAfter is not waited for (the *Error is returned).
+const (
+	retryBaseDelay = 250 * time.Millisecond
+	retryMaxDelay  = 5 * time.Second
+	maxRetryAfter  = 30 * time.Second
+)
+
+// minWaitInterval is the least time between the starts of two status
+// requests of one Wait: a server (or a proxy) that answers ?wait= at once
+// is asked at most once a second.
+const minWaitInterval = time.Second
+
 // Client talks to one baton server. It is safe for concurrent use.
 type Client struct {
 	base      string
 	token     string
 	hc        *http.Client
 	userAgent string
+	retries   int
 }
 
 // Option configures a Client.
@@ -173,13 +193,37 @@ func WithToken(token string) Option {
 }
 
 // WithHTTPClient sends requests through hc instead of a client with a 90 s
-// timeout.
+// timeout. With a shorter hc.Timeout, Wait asks the server to wait at most
+// two thirds of it per request, so that its long polls are not cut off.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) error {
 		if hc == nil {
 			return errors.New("client: WithHTTPClient(nil)")
 		}
 		c.hc = hc
+		return nil
+	}
+}
+
+// WithRetries sets how many times a request that is safe to repeat is sent
+// again after a passing failure (default DefaultRetries; 0: never). Safe to
+// repeat are the reads (GET) and Submit, whose idempotency key makes a
+// repeated submission answer with the operation the first one created
+// (then created is false). Passing failures are errors of the transport
+// (connection refused or reset, a timeout), except the end of the
+// context, and the answers 429, 502, 503 and 504; the client waits
+// 250 ms · 2^n with jitter between tries (at most 5 s), or the answer's
+// Retry-After when that is longer (an answer asking for more than 30 s is
+// returned at once). Cancel, the lease routes, dead-letter replay and
+// merge-queue reconcile are never repeated: a second cancel or release
+// would be refused because the first one took effect, and a second
+// acquire would find the lease held.
+func WithRetries(n int) Option {
+	return func(c *Client) error {
+		if n < 0 {
+			return errors.New("client: WithRetries needs 0 or more")
+		}
+		c.retries = n
 		return nil
 	}
 }
@@ -193,16 +237,23 @@ func WithUserAgent(ua string) Option {
 }
 
 // New returns a client of the server at baseURL (for example
-// http://127.0.0.1:8080).
+// http://127.0.0.1:8080, or https://example.com/baton behind a reverse
+// proxy that serves baton under a path prefix).
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: server URL %q must look like http://host:port", baseURL)
 	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		// The routes' paths are appended to the base URL: after a query
+		// or a fragment they would not be paths at all.
+		return nil, fmt.Errorf("client: server URL %q must have no query (?) or fragment (#)", baseURL)
+	}
 	c := &Client{
 		base:      strings.TrimRight(u.String(), "/"),
 		hc:        &http.Client{Timeout: MaxWait + 30*time.Second},
 		userAgent: "baton-client",
+		retries:   DefaultRetries,
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -216,7 +267,9 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 func (c *Client) BaseURL() string { return c.base }
 
 // Submit submits an operation. created is false when the key named an
-// existing operation with the same input (HTTP 200 rather than 201).
+// existing operation with the same input (HTTP 200 rather than 201): also
+// when the client sent the submission again after a passing failure (see
+// WithRetries) and the first one had reached the server.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (op Operation, created bool, err error) {
 	status, err := c.do(ctx, http.MethodPost, "/v1/operations", nil, req, &op)
 	return op, status == http.StatusCreated, err
@@ -249,7 +302,9 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 
 // Wait returns the operation once it is terminal, or as it stands after
 // d (d <= 0: no limit but ctx). Each request waits at most MaxWait on the
-// server. An id that is not an operation ID is ErrInvalidOperationID.
+// server; requests start at least a second apart, so a server that
+// answers at once (one shutting down, say) is not flooded. An id that is
+// not an operation ID is ErrInvalidOperationID.
 func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
 	if err := checkOperationID(id); err != nil {
 		return Operation{}, err
@@ -263,18 +318,44 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 		if !deadline.IsZero() {
 			step = min(step, time.Until(deadline))
 		}
+		if t := c.hc.Timeout; t > 0 {
+			step = min(step, t*2/3)
+		}
 		step = step.Round(time.Millisecond)
 		if step <= 0 {
 			return c.Get(ctx, id)
 		}
 		var op Operation
 		q := url.Values{"wait": {step.String()}}
+		started := time.Now()
 		if _, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
 			return op, err
 		}
 		if op.Status.Terminal() || (!deadline.IsZero() && !time.Now().Before(deadline)) {
 			return op, nil
 		}
+		pause := minWaitInterval - time.Since(started)
+		if !deadline.IsZero() {
+			pause = min(pause, time.Until(deadline))
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return op, err
+		}
+	}
+}
+
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -427,23 +508,31 @@ func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, in any) (*http.Request, error) {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, fmt.Errorf("client: encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	return c.newRawRequest(ctx, method, path, q, body)
+}
+
+func (c *Client) newRawRequest(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Request, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, err
 	}
-	if in != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -454,30 +543,102 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	return req, nil
 }
 
-// do sends one request and decodes a 2xx answer into out (unless nil).
+// retrySafe reports whether a request may be sent again after a passing
+// failure: the reads, and submissions (their idempotency key resolves a
+// repeat to the operation the first one made).
+func retrySafe(method, path string) bool {
+	return method == http.MethodGet || (method == http.MethodPost && path == "/v1/operations")
+}
+
+// do sends a request and decodes a 2xx answer into out (unless nil). A
+// request safe to repeat is sent again after a passing failure (see
+// WithRetries).
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
-	req, err := c.newRequest(ctx, method, path, q, in)
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("client: encode request: %w", err)
+		}
+		body = b
+	}
+	retries := 0
+	if retrySafe(method, path) {
+		retries = c.retries
+	}
+	for try := 0; ; try++ {
+		status, again, err := c.once(ctx, method, path, q, body, out)
+		if err == nil || try >= retries || again < 0 || ctx.Err() != nil {
+			return status, err
+		}
+		d := retryMaxDelay
+		if try < 8 {
+			d = min(retryBaseDelay<<try, retryMaxDelay)
+		}
+		d = d/2 + rand.N(d/2+1) // jitter: clients failed together do not come back together
+		if sleep(ctx, max(d, again)) != nil {
+			return status, err
+		}
+	}
+}
+
+// once sends a request once. again says whether it may be sent again: -1
+// no, otherwise after at least that long (the answer's Retry-After, or 0).
+func (c *Client) once(ctx context.Context, method, path string, q url.Values, body []byte, out any) (status int, again time.Duration, _ error) {
+	req, err := c.newRawRequest(ctx, method, path, q, body)
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
+		return resp.StatusCode, 0, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeError(resp, body)
+		again = -1
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			again = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+		}
+		return resp.StatusCode, again, decodeError(resp, b)
 	}
 	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("client: decode answer of %s %s: %w", method, path, err)
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, -1, fmt.Errorf("client: decode answer of %s %s: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, -1, nil
+}
+
+// retryAfter reads a Retry-After header (seconds or an HTTP date): 0 when
+// it is absent or unreadable, -1 when it asks for more than maxRetryAfter.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n > int64(maxRetryAfter/time.Second) {
+			return -1
+		}
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	} else {
+		return 0
+	}
+	switch {
+	case d > maxRetryAfter:
+		return -1
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 func decodeError(resp *http.Response, body []byte) error {

@@ -50,7 +50,7 @@ func TestErrors(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c, err := New(srv.URL+"/", WithToken(" baton_x "))
+	c, err := New(srv.URL+"/", WithToken(" baton_x "), WithRetries(1))
 	if err != nil {
 		t.Fatal(err)
 	}

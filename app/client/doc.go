@@ -24,4 +24,20 @@
 //
 // Errors of the transport (connection refused, a context that ended) are
 // returned as they are.
+//
+// # Retries
+//
+// Reads and Submit are sent again after a passing failure — a lost
+// connection, a timeout, or an answer 429, 502, 503 or 504 — up to
+// DefaultRetries times, 250 ms · 2^n apart with jitter or after the
+// answer's Retry-After (WithRetries changes the count). Submit sends the
+// same idempotency key each time, so a repeat that follows a lost answer
+// returns the operation the first request created (created is false).
+// Cancel, the lease routes, dead-letter replay and merge-queue reconcile
+// are sent once: repeating them is not harmless.
+//
+// # Base URL
+//
+// The server's URL may carry a path prefix (a reverse proxy that serves
+// baton under /baton/, say): the routes' paths are appended to it.
 package client

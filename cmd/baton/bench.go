@@ -173,7 +173,9 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 	tr.MaxIdleConns = o.clients * 2
 	tr.MaxIdleConnsPerHost = o.clients * 2
 	defer tr.CloseIdleConnections()
-	c, err := o.client(client.WithHTTPClient(&http.Client{Transport: tr, Timeout: client.MaxWait + 30*time.Second}))
+	// Every request is measured and every failure counted: the client
+	// repeats none.
+	c, err := o.client(client.WithHTTPClient(&http.Client{Transport: tr, Timeout: client.MaxWait + 30*time.Second}), client.WithRetries(0))
 	if err != nil {
 		return err
 	}
