@@ -11,11 +11,11 @@ import (
 type Installation struct {
 	ID                  int64             `json:"id"`
 	Account             string            `json:"account"`
-	AccountType         string            `json:"accountType,omitempty"`
+	AccountType         string            `json:"accountType"`
 	RepositorySelection string            `json:"repositorySelection,omitempty"`
 	Repositories        []string          `json:"repositories"`
-	Permissions         map[string]string `json:"permissions,omitempty"`
-	Events              []string          `json:"events,omitempty"`
+	Permissions         map[string]string `json:"permissions"`
+	Events              []string          `json:"events"`
 	Suspended           bool              `json:"suspended"`
 	UpdatedAt           time.Time         `json:"updatedAt"`
 }
