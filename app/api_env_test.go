@@ -411,6 +411,10 @@ func (s *apiSpec) check(req *http.Request, reqBody []byte, status int, header ht
 	}
 	route, params, known := s.find(req.Method, req.URL.EscapedPath())
 	if route == nil {
+		if known && status == http.StatusMethodNotAllowed && header.Get("Allow") == "" {
+			// The description's MethodNotAllowed answer requires it.
+			return fmt.Errorf("%s %s answered 405 without Allow", req.Method, req.URL.EscapedPath())
+		}
 		if (!known && status == http.StatusNotFound) || (known && status == http.StatusMethodNotAllowed) {
 			return s.checkErrorBody(body)
 		}
