@@ -31,6 +31,7 @@ type AuditLogBody struct {
 //	GET  /v1/repos/{owner}/{repo}/queue/audit      AuditLogBody, oldest first
 //	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held
 //
+// The routes take no query parameters (a query string is invalid_request).
 // Mount it at /v1/repos/ behind the API's authentication. authorize is
 // called for every request with a well-formed repository, before anything
 // is read: it returns nil to allow the request, or an error carrying a
@@ -86,6 +87,12 @@ func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
 		if r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
 			w.Header().Set("Allow", method)
 			h.write(w, http.StatusMethodNotAllowed, errorBody(schema.CodeInvalidRequest, "method "+r.Method+" not allowed; use "+method, nil))
+			return
+		}
+		if r.URL.RawQuery != "" {
+			// As every route of the API: a parameter these routes do not
+			// take (a misspelt filter, say) is refused, not ignored.
+			h.fail(w, r, schema.Invalidf("this route takes no query parameters"))
 			return
 		}
 		owner, repo := r.PathValue("owner"), r.PathValue("repo")

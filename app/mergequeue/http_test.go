@@ -142,6 +142,9 @@ func TestHTTPRoutes(t *testing.T) {
 		{"GET", "/v1/repos/-octo/" + repo + "/queue", "good", 400, "invalid_request"},
 		{"GET", "/v1/repos/octo/" + strings.Repeat("r", 101) + "/queue", "good", 400, "invalid_request"},
 		{"GET", base + "/nope", "good", 404, "not_found"},
+		{"GET", base + "?limit=5", "good", 400, "invalid_request"},
+		{"GET", base + "/events?after=3", "good", 400, "invalid_request"},
+		{"POST", base + "/reconcile?force=1", "good", 400, "invalid_request"},
 		{"POST", "/v1/repos/octo/unknown/queue/reconcile", "good", 404, "not_found"},
 	} {
 		if a := call(t, srv, c.method, c.path, c.token); a.status != c.status || errorCode(a) != c.code {
