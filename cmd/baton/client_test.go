@@ -47,8 +47,8 @@ func TestCLIOperations(t *testing.T) {
 		t.Errorf("submit again --json: %+v", r)
 	}
 	r = env.as(t, env.alice, "submit", "--key", "k-1", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10", "--payload", `{"body":"other"}`)
-	if r.code != 1 || !strings.Contains(r.stderr, "idempotency_conflict") {
-		t.Errorf("conflicting submit: %+v", r)
+	if r.code != 1 || !strings.Contains(r.stderr, "idempotency_conflict") || !strings.Contains(r.stderr, "operation "+op.OperationID) {
+		t.Errorf("conflicting submit (the operation of the key named): %+v", r)
 	}
 
 	// Payload from stdin and from a file; a generated key is printed.

@@ -107,14 +107,18 @@ func cliGroup(cmd *cobra.Command) {
 }
 
 // cliAPIError words an error of the API for the terminal: the message and
-// the code, e.g. "operation not found (not_found)". An operation ID that
-// is not one is bad usage (exit 2).
+// the code, e.g. "operation not found (not_found)", and the operation an
+// idempotency_conflict names. An operation ID that is not one is bad
+// usage (exit 2).
 func cliAPIError(err error) error {
 	if errors.Is(err, client.ErrInvalidOperationID) {
 		return cliUsage(err)
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) && ce.Code != "" {
+		if id, ok := ce.Details["operationId"].(string); ok && id != "" {
+			return fmt.Errorf("%s (%s): operation %s", ce.Message, ce.Code, id)
+		}
 		return fmt.Errorf("%s (%s)", ce.Message, ce.Code)
 	}
 	return err

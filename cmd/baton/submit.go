@@ -39,7 +39,8 @@ The idempotency key (--key) names the operation together with your token's
 actor: submitting the same key with the same input (action, resource and
 payload) again returns the existing operation as it was submitted first
 (exit 0; "existing operation" on stderr, also with --json), and the same
-key with other input is refused (idempotency_conflict). Without --key a random key is generated
+key with other input is refused (idempotency_conflict, naming the operation
+the key belongs to). Without --key a random key is generated
 and printed on stderr; scripts that may retry should always pass --key.
 After a lost connection or a 429, 502, 503 or 504, submit sends the same
 request (the same key) again, a few times over a few seconds, before it
