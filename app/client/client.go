@@ -35,6 +35,13 @@ const (
 // repeats requests to wait longer.
 const MaxWait = 60 * time.Second
 
+// waitStep is the longest Wait asks the server to wait in one request:
+// under the 60 s read and idle timeouts of common reverse proxies and load
+// balancers (nginx's proxy_read_timeout, an AWS ALB's idle timeout), which
+// would otherwise cut every long poll that runs to its end with a 502 or
+// 504.
+const waitStep = 50 * time.Second
+
 // maxResponseBytes bounds what the client reads of an answer.
 const maxResponseBytes = 64 << 20
 
@@ -301,8 +308,9 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 }
 
 // Wait returns the operation once it is terminal, or as it stands after
-// d (d <= 0: no limit but ctx). Each request waits at most MaxWait on the
-// server; requests start at least a second apart, so a server that
+// d (d <= 0: no limit but ctx). Each request waits at most 50 s on the
+// server (less than the 60 s timeouts of common proxies); requests start
+// at least a second apart, so a server that
 // answers at once (one shutting down, say) is not flooded. An id that is
 // not an operation ID is ErrInvalidOperationID.
 func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
@@ -314,7 +322,7 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 		deadline = time.Now().Add(d)
 	}
 	for {
-		step := MaxWait
+		step := waitStep
 		if !deadline.IsZero() {
 			step = min(step, time.Until(deadline))
 		}

@@ -78,7 +78,7 @@ func TestWait(t *testing.T) {
 	done, never := strings.Repeat("d", 64), strings.Repeat("e", 64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
-		if r.URL.Path == "/v1/operations/"+done && r.URL.Query().Get("wait") != "1m0s" {
+		if r.URL.Path == "/v1/operations/"+done && r.URL.Query().Get("wait") != "50s" {
 			t.Errorf("request without wait: %s", r.URL)
 		}
 		status := "running"
