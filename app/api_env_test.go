@@ -62,7 +62,7 @@ type apiEnvOptions struct {
 }
 
 // The installations of the tests: octo/* is installation 1, acme/* 2,
-// frozen/* is suspended, anything else is not installed.
+// frozen/* is installation 3, suspended, anything else is not installed.
 var apiTestInstallations = apiInstallationsFunc(func(_ context.Context, owner, repo string) (int64, error) {
 	switch owner {
 	case "octo":
@@ -70,7 +70,9 @@ var apiTestInstallations = apiInstallationsFunc(func(_ context.Context, owner, r
 	case "acme":
 		return 2, nil
 	case "frozen":
-		return 0, schema.Errorf(schema.CodeForbidden, "the installation covering %s/%s is suspended", owner, repo)
+		// As the registry answers it (Installations.InstallationOf).
+		return 0, &schema.Error{Code: schema.CodeForbidden, Message: "installation 3 is suspended",
+			Err: &InstallationUnavailableError{ID: 3, Reason: "suspended"}}
 	}
 	return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s/%s", owner, repo)
 })

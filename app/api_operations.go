@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -66,16 +67,41 @@ func (a *API) submitOperation(w http.ResponseWriter, r *http.Request, p *Princip
 
 // installationFor returns the installation of the target's repository if
 // the principal may act on it: not installed, suspended or outside the
-// token's installations is forbidden.
+// token's installations is forbidden (see principalInstallation).
 func (a *API) installationFor(ctx context.Context, p *Principal, t schema.Target) (int64, error) {
 	id, err := a.installations.InstallationOf(ctx, t.Owner, t.Repo)
+	return principalInstallation(p, t.FullName(), id, err)
+}
+
+// principalInstallation is what a principal may learn of the installation
+// of repository full (id, err: what RepositoryInstallations answered).
+// A token bound to some installations is told the same thing of a
+// repository baton is not installed on, of one on another installation,
+// and of one on another installation that is suspended: that it may not
+// act on it. Otherwise a client of one organisation could learn, by
+// trying names, which repositories of other organisations (private ones
+// included) baton is installed on, with their installation IDs. Only
+// of its own installations does it learn that one is suspended. Admin
+// tokens and tokens of all installations are told everything.
+func principalInstallation(p *Principal, full string, id int64, err error) (int64, error) {
+	scoped := !p.Admin && !p.AllInstallations
 	if err != nil {
+		var unavailable *InstallationUnavailableError
+		if scoped && schema.ErrorCode(err) == schema.CodeForbidden &&
+			(!errors.As(err, &unavailable) || !p.MayActOn(unavailable.ID)) {
+			return 0, errMayNotActOn(full)
+		}
 		return 0, err
 	}
 	if !p.MayActOn(id) {
-		return 0, schema.Errorf(schema.CodeForbidden, "this API token may not act on %s", t.FullName())
+		return 0, errMayNotActOn(full)
 	}
 	return id, nil
+}
+
+func errMayNotActOn(full string) error {
+	return schema.Errorf(schema.CodeForbidden,
+		"this API token may not act on %s (baton is not installed there, or not on an installation the token is bound to)", full)
 }
 
 // getOperation is GET /v1/operations/{id}[?wait=DURATION].

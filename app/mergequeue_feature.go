@@ -124,19 +124,21 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 // authorizeRepository lets a token read and reconcile a repository's
 // queue when it may act on the repository's installation.
 func (s *Server) authorizeRepository(r *http.Request, owner, repo string) error {
+	return authorizeRepositoryOf(r, s.installs, owner, repo)
+}
+
+// authorizeRepositoryOf is authorizeRepository with the installations
+// registry given. A token bound to installations learns of other
+// repositories only that it may not act on them (principalInstallation).
+func authorizeRepositoryOf(r *http.Request, installs RepositoryInstallations, owner, repo string) error {
 	p, ok := PrincipalFromContext(r.Context())
 	if !ok {
 		return schema.ErrUnauthorized
 	}
-	inst, err := s.installs.InstallationOf(r.Context(), owner, repo)
-	if err != nil {
-		if p.Admin && schema.ErrorCode(err) == schema.CodeForbidden && !errors.Is(err, ErrInstallationUnavailable) {
-			return schema.Errorf(schema.CodeNotFound, "baton is not installed on %s/%s", owner, repo)
-		}
-		return err
+	inst, err := installs.InstallationOf(r.Context(), owner, repo)
+	if err != nil && p.Admin && schema.ErrorCode(err) == schema.CodeForbidden && !errors.Is(err, ErrInstallationUnavailable) {
+		return schema.Errorf(schema.CodeNotFound, "baton is not installed on %s/%s", owner, repo)
 	}
-	if !p.Admin && !p.MayActOn(inst) {
-		return schema.Errorf(schema.CodeForbidden, "this token may not act on installation %d", inst)
-	}
-	return nil
+	_, err = principalInstallation(p, owner+"/"+repo, inst, err)
+	return err
 }
