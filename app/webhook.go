@@ -246,11 +246,18 @@ func hmacBit(b bool) int {
 // within MaxBodyBytes and the in-flight budget. Its status is 200, 413
 // (too large), 503 (budget spent) or 400 (read error). The caller gives
 // back cap(body) bytes of budget when done.
+//
+// The buffer starts small and at most doubles as it fills, whatever
+// Content-Length announces: the budget a request holds is at most about
+// twice what it has sent. (Sized from Content-Length, an unsigned request
+// announcing a large body and sending nothing held a mebibyte each, so a
+// few hundred idle connections spent the whole budget and every
+// delivery was refused.)
 func (w *WebhookReceiver) readBody(r *http.Request, macs []hash.Hash) ([]byte, int) {
 	limit := w.cfg.MaxBodyBytes
 	initial := int64(4 << 10)
-	if r.ContentLength > 0 {
-		initial = min(r.ContentLength+1, 1<<20) // +1: EOF found without growing
+	if r.ContentLength >= 0 {
+		initial = min(initial, r.ContentLength+1) // +1: EOF found without growing
 	}
 	if !w.reserve(initial) {
 		return nil, http.StatusServiceUnavailable
@@ -267,6 +274,9 @@ func (w *WebhookReceiver) readBody(r *http.Request, macs []hash.Hash) ([]byte, i
 				break
 			}
 			newCap := int64(cap(buf)) + grow
+			if cl := r.ContentLength; cl > 0 && int64(cap(buf)) <= cl {
+				newCap = min(newCap, cl+1) // no more than the announced body needs
+			}
 			if !w.reserve(newCap) { // the old buffer is given back once copied
 				w.inFlight.Add(-int64(cap(buf)))
 				return nil, http.StatusServiceUnavailable

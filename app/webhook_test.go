@@ -524,3 +524,92 @@ func TestWebhookAnswersBeforeHandlers(t *testing.T) {
 		t.Errorf("while the handler runs: %+v, %v", rec, err)
 	}
 }
+
+// A request that announces a large body and sends nothing holds next to
+// none of the in-flight budget: idle connections cannot spend it and get
+// every delivery refused. (The budget used to be taken from
+// Content-Length, a mebibyte per request, before a byte arrived.)
+func TestWebhookInFlightBudgetNotTakenByAnnouncedBodies(t *testing.T) {
+	t.Parallel()
+	w, _ := newHookReceiver(t, WebhookConfig{MaxBodyBytes: 4 << 20, MaxInFlightBytes: 4 << 20})
+	const idle = 4
+	var (
+		writers []*io.PipeWriter
+		done    = make(chan int, idle)
+		reading = make(chan struct{}, idle)
+	)
+	for range idle {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req := httptest.NewRequest("POST", "/webhooks/github", &firstReadSignal{r: pr, c: reading})
+		req.ContentLength = 4 << 20
+		for k, v := range signedHook("not-the-secret", "ping", "idle", []byte("{}")) {
+			req.Header.Set(k, v)
+		}
+		go func() {
+			rec := httptest.NewRecorder()
+			w.ServeHTTP(rec, req)
+			done <- rec.Code
+		}()
+	}
+	// Every idle request has reserved its buffer and waits for its body.
+	for range idle {
+		select {
+		case <-reading:
+		case code := <-done:
+			t.Fatalf("an idle request was answered %d", code)
+		}
+	}
+	if n := w.inFlight.Load(); n > idle*(4<<10) {
+		t.Errorf("%d requests that sent nothing hold %d bytes of the budget", idle, n)
+	}
+	body := []byte(`{"zen":"hello"}`)
+	if rec := serveHook(t, w, "POST", signedHook("s3cret", "ping", "real-1", body), body); rec.Code != http.StatusAccepted {
+		t.Errorf("a delivery beside %d idle requests: %d %s", idle, rec.Code, rec.Body)
+	}
+	for _, pw := range writers {
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+	}
+	for range idle {
+		<-done
+	}
+	if n := w.inFlight.Load(); n != 0 {
+		t.Errorf("budget not given back: %d bytes in flight", n)
+	}
+}
+
+// A large body is read whole, within the budget, and the budget is given
+// back.
+func TestWebhookLargeBodyGrowsWithinBudget(t *testing.T) {
+	t.Parallel()
+	w, _ := newHookReceiver(t, WebhookConfig{MaxBodyBytes: 8 << 20, MaxInFlightBytes: 16 << 20})
+	body := append([]byte(`{"pad":"`), bytes.Repeat([]byte("x"), 5<<20+123)...)
+	body = append(body, `"}`...)
+	for _, cl := range []int64{int64(len(body)), -1} {
+		req := httptest.NewRequest("POST", "/webhooks/github", bytes.NewReader(body))
+		req.ContentLength = cl
+		for k, v := range signedHook("s3cret", "ping", fmt.Sprintf("big%d", cl+1), body) {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		w.ServeHTTP(rec, req)
+		if rec.Code != http.StatusAccepted {
+			t.Errorf("Content-Length %d: %d %s", cl, rec.Code, rec.Body)
+		}
+	}
+	if n := w.inFlight.Load(); n != 0 {
+		t.Errorf("budget not given back: %d bytes in flight", n)
+	}
+}
+
+// firstReadSignal is a request body that sends on c when it is first read.
+type firstReadSignal struct {
+	r    io.Reader
+	c    chan<- struct{}
+	once sync.Once
+}
+
+func (f *firstReadSignal) Read(p []byte) (int, error) {
+	f.once.Do(func() { f.c <- struct{}{} })
+	return f.r.Read(p)
+}
