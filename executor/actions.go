@@ -285,6 +285,15 @@ func (commentAction) do(ctx context.Context, c *github.Client, op *schema.Record
 	return commentResult{CommentID: cm.GetID(), URL: cm.GetHTMLURL()}, resp, nil
 }
 
+// endsWithMarker reports whether a comment's body ends with marker, as
+// the body of the operation's comment does. A marker elsewhere in the body
+// is not the operation's: a comment's body is anyone's text, and another
+// operation's comment, which the App posts, may quote it (baton appends
+// that operation's own marker after it).
+func endsWithMarker(body, marker string) bool {
+	return strings.HasSuffix(strings.TrimRight(body, " \t\r\n"), marker)
+}
+
 func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, _ any) (bool, any, *github.Response, error) {
 	marker := CommentMarker(op.OperationID)
 	// Comments created before the operation cannot carry its marker; the
@@ -304,7 +313,7 @@ func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Rec
 			// operation's, but it can carry its marker: the comment of an
 			// operation of the same ID, made with the same key before
 			// retention deleted its record.
-			if !strings.Contains(cm.GetBody(), marker) || cm.GetCreatedAt().Before(since) {
+			if !endsWithMarker(cm.GetBody(), marker) || cm.GetCreatedAt().Before(since) {
 				continue
 			}
 			// Anyone who can comment can copy the marker: only the

@@ -419,3 +419,39 @@ func TestRemoveLabelRecordsTheAnswersLabels(t *testing.T) {
 		t.Errorf("%d further requests after the removal, want none", gets)
 	}
 }
+
+// A marker quoted inside another comment of the App is not the
+// operation's effect: any client may submit a comment whose body carries
+// another operation's marker, and the App posts it (with its own marker
+// after). Taken for the effect, it would make that operation succeed,
+// after an ambiguous failure, without its comment ever being posted.
+func TestCommentProbeIgnoresAQuotedMarker(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c, err := gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withApp(context.Background(), gh.identity)
+	victim, tg, p := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"body":"the real one"}`)
+	quoting, qtg, qp := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"},
+		fmt.Sprintf(`{"body":%q}`, "see\n\n"+CommentMarker(victim.OperationID)+"\n"))
+	a := actions[schema.ActionComment]
+	if _, _, err := a.do(ctx, c, quoting, qtg, qp); err != nil {
+		t.Fatal(err)
+	}
+	if done, _, _, err := a.probe(ctx, c, victim, tg, p); err != nil || done {
+		t.Fatalf("probe with the marker quoted by another operation's comment = %v, %v", done, err)
+	}
+	res, _, err := a.do(ctx, c, victim, tg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, pres, _, err := a.probe(ctx, c, victim, tg, p)
+	if err != nil || !done || pres.(commentResult).CommentID != res.(commentResult).CommentID {
+		t.Fatalf("probe after the operation's own comment = %v %+v, %v (posted %+v)", done, pres, err, res)
+	}
+	if is, _ := sim.Issue("octo", "demo", 11); len(is.Comments) != 2 {
+		t.Errorf("comments: %+v", is.Comments)
+	}
+}
