@@ -1,12 +1,15 @@
 package mergequeue_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/schema"
 )
 
 // "/baton queue" and "/baton dequeue" work for commenters with write
@@ -77,5 +80,57 @@ func TestCommentCommands(t *testing.T) {
 	// baton's reply, which quotes the command, was no command.
 	if got := len(auditOf(a, mergequeue.AuditJoin)); got != 1 {
 		t.Errorf("%d joins", got)
+	}
+}
+
+// A commenter without write permission is told once per pull request and
+// command, however often they comment: anyone may comment on a public
+// repository, and a reply to each comment would let one person spend the
+// installation's budget of comments on baton's replies.
+func TestRefusedCommandsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "refusals"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.SetPermission("octo", repo, "reader", "read"); err != nil {
+		t.Fatal(err)
+	}
+	replies := func() (n int) {
+		for _, c := range s.pull(t, repo, 1).Comments {
+			if c.ByApp && strings.Contains(c.Body, "needs write permission") {
+				n++
+			}
+		}
+		return n
+	}
+	handled := func() (n int) {
+		for _, e := range s.events(t, repo) {
+			if e.Event == "issue_comment" {
+				n++
+			}
+		}
+		return n
+	}
+	for i, cmd := range []string{"/baton queue", "/baton queue", "/baton queue", "/baton queue", "/baton dequeue"} {
+		if _, err := s.sim.AddComment("octo", repo, 1, cmd, "reader"); err != nil {
+			t.Fatal(err)
+		}
+		// Each comment is handled before the next is made (its reply, if
+		// any, is submitted by then).
+		waitFor(t, 10*time.Second, "the comment handled", func() bool { return handled() >= i+1 })
+	}
+	ops := func() []schema.Record {
+		recs, _, err := s.exec.List(context.Background(), executor.ListFilter{Action: schema.ActionComment,
+			ResourceType: schema.ResourceIssue, ResourceID: "octo/" + repo + "#1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	waitFor(t, 10*time.Second, "the replies posted", func() bool {
+		return !slices.ContainsFunc(ops(), func(r schema.Record) bool { return !r.Terminal() })
+	})
+	if n, o := replies(), len(ops()); n != 2 || o != 2 {
+		t.Errorf("%d replies (%d operations) to four /baton queue and one /baton dequeue of the same reader, want 2", n, o)
 	}
 }

@@ -109,7 +109,9 @@
 //   - Every GitHub mutation is an operation with an idempotency key: the
 //     merge's names the pull request, the tested head and the join (and
 //     the try); the bounce comment's the pull request, head and join; the
-//     others' contain the trigger (the delivery ID of a webhook, the ID of a
+//     reply refusing a command to a commenter without write permission
+//     names the pull request, the command and the commenter (one reply
+//     however often they comment); the others' contain the trigger (the delivery ID of a webhook, the ID of a
 //     finished operation, or of a reconcile run). Handling a delivery again
 //     (a retry, a crash, a redelivery) finds the operations it created.
 //     GitHub is only read directly (pull requests, checks, statuses,

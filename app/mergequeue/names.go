@@ -56,6 +56,19 @@ func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
 	return "mergequeue:bounce:sha256:" + hex.EncodeToString(sum[:])
 }
 
+// refusalKey is the idempotency key of the reply that refuses command
+// ("queue" or "dequeue") of user on pull request n:
+// "mergequeue:refused:<owner>/<name>#<n>:<command>:<user>". A commenter
+// is told once per pull request and command, however often they comment.
+func refusalKey(owner, name string, n int, command, user string) string {
+	k := "mergequeue:refused:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + ":" + command + ":" + user
+	if len(k) <= schema.MaxIdempotencyKeyChars {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "mergequeue:refused:sha256:" + hex.EncodeToString(sum[:])
+}
+
 // opKey derives the idempotency key of a piece of work done for one
 // trigger: "<trigger>:mergequeue:<part>:<part>…" (schema.DerivedKey). A
 // trigger is a webhook delivery ("delivery:<guid>", the form

@@ -386,7 +386,12 @@ func (r *run) command(in *intent) error {
 		r.note("#%d /baton %s refused: commenter has %s permission", in.pr, verb, perm)
 		r.logInfo("merge queue command refused", "mergequeue.command_refused", in.pr)
 		body := fmt.Sprintf("@%s, `/baton %s` needs write permission on this repository; nothing was changed.", in.user, verb)
-		_, err := r.submit(schema.ActionComment, r.issueResource(in.pr), schema.CommentPayload{Body: body}, "refused", "#"+strconv.Itoa(in.pr))
+		// One reply per commenter, pull request and command: anyone may
+		// comment on a public repository, and a reply to every comment
+		// would let one person spend the installation's budget of
+		// comments (which baton's pacing keeps under GitHub's limits) on
+		// baton's replies.
+		_, err := r.submitKey(refusalKey(r.owner, r.name, in.pr, verb, in.user), schema.ActionComment, r.issueResource(in.pr), schema.CommentPayload{Body: body})
 		return err
 	}
 	if in.dequeue {
