@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/schema"
@@ -132,5 +133,45 @@ func TestRefusedCommandsAnsweredOnce(t *testing.T) {
 	})
 	if n, o := replies(), len(ops()); n != 2 || o != 2 {
 		t.Errorf("%d replies (%d operations) to four /baton queue and one /baton dequeue of the same reader, want 2", n, o)
+	}
+}
+
+// A check's name is anyone's who can make a check run on the head (a
+// job's name in the pull request's own workflow): in the App's bounce
+// comment it is in a code span, where it mentions nobody and links
+// nowhere.
+func TestBounceCommentQuotesCheckNames(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "names"
+	s.repo(t, repo, 1, nil) // no branch protection: every reported check counts
+	const name = "@octo/everyone please [review](https://evil.example) <img src=x>"
+	sha := s.pull(t, repo, 1).HeadSHA
+	run, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: name, HeadSHA: sha, Status: "in_progress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	if err := s.sim.CompleteCheckRun("octo", repo, run, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	waitFor(t, 10*time.Second, "the bounce comment", func() bool {
+		for _, c := range s.pull(t, repo, 1).Comments {
+			if c.ByApp && strings.Contains(c.Body, "removed this pull request from the merge queue") {
+				body = c.Body
+				return true
+			}
+		}
+		return false
+	})
+	open := strings.Index(body, "`")
+	closing := open + 1 + strings.Index(body[open+1:], "`")
+	at := strings.Index(body, name)
+	if open < 0 || closing <= open || at < open || at+len(name) > closing {
+		t.Errorf("the check's name is not in a code span of the comment: %q", body)
 	}
 }

@@ -134,7 +134,7 @@ func TestGateTimeoutBouncesAStalledHead(t *testing.T) {
 	})
 	for n, waiting := range map[int]string{1: "waiting for: ci (not reported)", 3: "waiting for: ci"} {
 		body := bounceComments(s.pull(t, repo, n))[0]
-		want := "the checks on " + sha[n][:7] + " did not pass within the gate timeout (10m); " + waiting + "."
+		want := "`the checks on " + sha[n][:7] + " did not pass within the gate timeout (10m); " + waiting + "`."
 		if !strings.Contains(body, want) || !strings.Contains(body, "paths filter") {
 			t.Errorf("#%d's comment does not say %q:\n%s", n, want, body)
 		}

@@ -115,3 +115,24 @@ func truncate(s string, n int) string {
 	}
 	return s[:cut] + "…"
 }
+
+// codeSpan writes s as a Markdown code span, on one line: GitHub renders
+// no mention, link, image or HTML in it. The fence is longer than any run
+// of backticks in s.
+func codeSpan(s string) string {
+	s = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(s)
+	longest, run := 0, 0
+	for i := range len(s) {
+		if s[i] == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", longest+1)
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}

@@ -69,3 +69,18 @@ func TestMergeFateDetail(t *testing.T) {
 		t.Error("detail is not detailAt without a sha")
 	}
 }
+
+func TestCodeSpan(t *testing.T) {
+	for in, want := range map[string]string{
+		"ci (failure)":            "`ci (failure)`",
+		"a `b` c":                 "``a `b` c``",
+		"x ``y`` z":               "```x ``y`` z```",
+		"`lead":                   "`` `lead ``",
+		"trail`":                  "`` trail` ``",
+		"two\nlines\r\nand\rmore": "`two lines and more`",
+	} {
+		if got := codeSpan(in); got != want {
+			t.Errorf("codeSpan(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -438,7 +438,11 @@ func (r *run) bounce(e *entry, reason, advice string) error {
 		advice = "Fix it, then add the `%s` label again (or comment `/baton queue`) to rejoin at the end of the queue."
 	}
 	n := "#" + strconv.Itoa(e.pr)
-	body := fmt.Sprintf("baton removed this pull request from the merge queue: %s.\n\n"+advice, reason, r.q.cfg.Label)
+	// The reason names checks, whose names are anyone's who can make a
+	// check run on the head (a job's name in the pull request's own
+	// workflow): in a code span they mention nobody and link nowhere in
+	// the App's comment.
+	body := fmt.Sprintf("baton removed this pull request from the merge queue: %s.\n\n"+advice, codeSpan(reason), r.q.cfg.Label)
 	// One comment per join and head, whichever trigger bounces it: a run
 	// that ended before it recorded the bounce does not comment twice.
 	key := bounceKey(r.owner, r.name, e.pr, e.sha, e.queuedAt)
