@@ -175,3 +175,64 @@ func TestBounceCommentQuotesCheckNames(t *testing.T) {
 		t.Errorf("the check's name is not in a code span of the comment: %q", body)
 	}
 }
+
+// Putting a pull request in the queue vouches for what it holds then:
+// new commits pushed by someone without write permission (the author of a
+// pull request from a fork) take it out of the queue, and baton does not
+// merge them when their checks pass. Pushes by someone who may write keep
+// it queued at its new head.
+func TestPushByReaderBouncesFromTheQueue(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "pushes"
+	s.repo(t, repo, 2, []string{"ci"})
+	if err := s.sim.SetPermission("octo", repo, "outsider", "read"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} {
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
+
+	// #1: its author, who may not write, pushes after it was queued.
+	sha1, err := s.sim.PushPull("octo", repo, 1, "", "outsider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// #2: a writer pushes.
+	sha2, err := s.sim.PushPull("octo", repo, 2, "", "monalisa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both new heads pass their checks.
+	for n, sha := range map[int]string{1: sha1, 2: sha2} {
+		if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
+			t.Fatalf("#%d: %v", n, err)
+		}
+	}
+	waitFor(t, 20*time.Second, "#2 merged at its new head", func() bool {
+		return s.pull(t, repo, 2).Merged && len(s.mergeEffects(repo)) > 0
+	})
+	if s.pull(t, repo, 1).Merged {
+		t.Fatal("#1 merged with commits pushed by someone without write permission")
+	}
+	waitFor(t, 10*time.Second, "#1 out of the queue, without its label", func() bool {
+		_, queued := s.entryOf(t, repo, 1)
+		return !queued && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if c := bounceCommentsOf(s.pull(t, repo, 1)); len(c) != 1 || !strings.Contains(c[0], "pushed by @outsider, who has read permission") {
+		t.Errorf("#1's bounce comments: %q", c)
+	}
+}
+
+func bounceCommentsOf(p ghsim.Pull) []string {
+	var out []string
+	for _, c := range p.Comments {
+		if c.ByApp && strings.Contains(c.Body, "removed this pull request from the merge queue") {
+			out = append(out, c.Body)
+		}
+	}
+	return out
+}

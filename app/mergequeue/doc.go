@@ -36,6 +36,7 @@
 //	queued ──gate read──▶ evaluating ──required checks passed──▶ gate_passed ──first in queue──▶ merge operation
 //	   ▲                      │                                                                    │
 //	   └── new commits ◀──────┴── (any state but bounced: re-evaluated at the new head, same place)│
+//	                          ├── new commits by someone who may not write ──▶ bounced             │
 //	                          └── a required check failed ──▶ bounced ◀── merge refused ───────────┤
 //	                                                                                merged ──▶ leaves (audit merge)
 //
@@ -56,7 +57,11 @@
 // (settle: an event, a merge's outcome, a reconcile), reading the gate
 // once more first, so with no events the periodic reconcile, which visits
 // every repository with state, bounces it within ReconcileInterval of the
-// timeout. A label removed, "/baton
+// timeout. New commits pushed by someone without write permission on the
+// repository (an App's pushes aside) bounce the entry instead of moving
+// it: a join vouches for what the pull request holds then, not for what
+// the author of a pull request from a fork may push to it afterwards. A
+// label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
 // happens). A pull request that leaves, or whose head moves, while its
 // merge operation is submitted but not finished has that operation

@@ -131,7 +131,7 @@ type intent struct {
 	merged bool   // intentClosed
 	// intentCommand
 	dequeue bool
-	user    string
+	user    string // intentCommand: the commenter; intentReevaluate: the pusher, "" for an App
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -173,7 +173,14 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		case "closed":
 			return &intent{kind: intentClosed, pr: pr.Number, merged: pr.Merged}, nil
 		case "synchronize":
-			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA}, nil
+			// Who pushed: a person without write permission takes the pull
+			// request out of the queue (reevaluate). Apps (bots) are what
+			// the repository's admins installed, baton among them.
+			pusher := p.Sender.Login
+			if p.Sender.Type == "Bot" {
+				pusher = ""
+			}
+			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: pusher}, nil
 		case "reopened":
 			for _, l := range pr.Labels {
 				if strings.EqualFold(l.Name, q.cfg.Label) {

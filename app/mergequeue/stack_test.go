@@ -189,6 +189,10 @@ func (s *stack) repo(t tester, name string, n int, required []string) []int {
 	if _, err := s.sim.AddRepo("octo", name, ghsim.DemoInstallationID); err != nil {
 		t.Fatal(err)
 	}
+	// monalisa, who labels and pushes in the tests, may write.
+	if err := s.sim.SetPermission("octo", name, "monalisa", "write"); err != nil {
+		t.Fatal(err)
+	}
 	if required != nil {
 		if err := s.sim.SetRequiredChecks("octo", name, "main", required, false); err != nil {
 			t.Fatal(err)

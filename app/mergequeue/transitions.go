@@ -36,7 +36,7 @@ func (r *run) apply(in *intent) error {
 			return err
 		}
 	case intentReevaluate:
-		if err := r.reevaluate(in.pr); err != nil {
+		if err := r.reevaluate(in.pr, in.user); err != nil {
 			return err
 		}
 	case intentGate:
@@ -329,9 +329,18 @@ func (r *run) merged(e *entry, detail string) error {
 	return r.status(e, "success", "Merged by the merge queue", "merged")
 }
 
+// pushAdvice ends the comment of a pull request that bounced because
+// someone without write permission pushed to it, with %s for the label.
+const pushAdvice = "Someone with write permission can add the `%s` label again (or comment `/baton queue`) to queue it at its new head."
+
 // reevaluate moves pull request n's entry to its current head after new
-// commits: the gate starts over, the entry keeps its place.
-func (r *run) reevaluate(n int) error {
+// commits pushed by pusher: the gate starts over, the entry keeps its
+// place. A pusher without write permission takes it out of the queue
+// instead (a bounce): putting a pull request in the queue vouches for
+// what it holds then, not for what anyone may push to it afterwards (the
+// author of a pull request from a fork, say), which baton would merge
+// once its checks pass. An empty pusher (an App) is not asked about.
+func (r *run) reevaluate(n int, pusher string) error {
 	e := r.find(n)
 	if e == nil || e.status == StatusBounced {
 		return nil
@@ -343,7 +352,37 @@ func (r *run) reevaluate(n int) error {
 	if pr == nil || pr.GetState() != "open" {
 		return nil // the closed event takes it out
 	}
+	if pusher != "" {
+		ok, perm, err := r.mayWrite(pusher)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return r.pushedByOther(e, pr, pusher, perm)
+		}
+	}
 	return r.moveTo(e, pr)
+}
+
+// pushedByOther bounces e, whose pull request pr someone without write
+// permission pushed to, at pr's current head (checked even when the entry
+// is there already: a reconcile may have moved it first). A merge
+// submitted at the old head is cancelled first, as moveTo does.
+func (r *run) pushedByOther(e *entry, pr *github.PullRequest, pusher, perm string) error {
+	fate, err := r.cancelMerge(e)
+	if err != nil {
+		return err
+	}
+	if fate == mergeDone {
+		return r.merged(e, "merged by baton before its head moved")
+	}
+	if head := pr.GetHead().GetSHA(); head != "" && head != e.sha {
+		e.sha, e.base = head, pr.GetBase().GetRef()
+		e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
+		e.reevaluatedAt, e.dirty = r.now, true
+	}
+	r.logInfo("pull request pushed to by someone without write permission", "mergequeue.pushed_by_reader", e.pr)
+	return r.bounce(e, fmt.Sprintf("new commits were pushed by @%s, who has %s permission", pusher, perm), pushAdvice)
 }
 
 func (r *run) moveTo(e *entry, pr *github.PullRequest) error {
