@@ -236,3 +236,47 @@ func bounceCommentsOf(p ghsim.Pull) []string {
 	}
 	return out
 }
+
+// The label vouches for a pull request as it was when someone with write
+// permission put it there. Its author, who may not write, closing it and
+// reopening it (after pushing to its branch while it was closed, say)
+// does not queue it again: the label is removed instead. Reopened by
+// someone who may write, it joins again.
+func TestReopenByReaderDoesNotQueue(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "reopens"
+	s.repo(t, repo, 2, []string{"ci"})
+	if err := s.sim.SetPermission("octo", repo, "outsider", "read"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} {
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
+	for n, who := range map[int]string{1: "outsider", 2: "monalisa"} {
+		if err := s.sim.ClosePull("octo", repo, n, true, who); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the closed pull request out of the queue", func() bool {
+			_, queued := s.entryOf(t, repo, n)
+			return !queued
+		})
+		if err := s.sim.ClosePull("octo", repo, n, false, who); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "#2 queued again, #1 not and without its label", func() bool {
+		_, queued1 := s.entryOf(t, repo, 1)
+		return slices.Equal(s.queueOrder(t, repo), []int{2}) && !queued1 && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	// A reconcile, which queues what carries the label, does not queue #1.
+	if _, err := s.q.Reconcile(context.Background(), 1, "octo", repo); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.queueOrder(t, repo); !slices.Equal(got, []int{2}) {
+		t.Errorf("queue after a reconcile: %v", got)
+	}
+}

@@ -21,8 +21,9 @@
 // # The state machine
 //
 // A pull request joins when the label (Config.Label, "baton:queue") is
-// added, when it is reopened carrying it, or on a "/baton queue" comment by
-// someone with write permission (baton then adds the label: the label is
+// added, when it is reopened carrying it by someone with write permission
+// (or an App), or on a "/baton queue" comment by someone with write
+// permission (baton then adds the label: the label is
 // the queue's mark on GitHub, which a reconcile re-derives the queue from).
 // A delivery is applied to the pull request as GitHub has it when the
 // delivery is handled, not as the delivery says: GitHub does not keep
@@ -60,8 +61,10 @@
 // timeout. New commits pushed by someone without write permission on the
 // repository (an App's pushes aside) bounce the entry instead of moving
 // it: a join vouches for what the pull request holds then, not for what
-// the author of a pull request from a fork may push to it afterwards. A
-// label removed, "/baton
+// the author of a pull request from a fork may push to it afterwards;
+// for the same reason a pull request reopened carrying the label by
+// someone without write permission does not join (its label is removed,
+// or a reconcile would queue it from the label). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
 // happens). A pull request that leaves, or whose head moves, while its
 // merge operation is submitted but not finished has that operation

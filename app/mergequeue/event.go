@@ -131,7 +131,19 @@ type intent struct {
 	merged bool   // intentClosed
 	// intentCommand
 	dequeue bool
-	user    string // intentCommand: the commenter; intentReevaluate: the pusher, "" for an App
+	// user is, for intentCommand, the commenter; for intentReevaluate, the
+	// pusher; for intentJoin from a reopening, who reopened it. "" for an
+	// App (person), whose permission is not asked.
+	user string
+}
+
+// person is the login of u, or "" when u is an App (a bot account):
+// Apps are what the repository's admins installed, baton among them.
+func person(u userPayload) string {
+	if u.Type == "Bot" {
+		return ""
+	}
+	return u.Login
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -176,15 +188,14 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 			// Who pushed: a person without write permission takes the pull
 			// request out of the queue (reevaluate). Apps (bots) are what
 			// the repository's admins installed, baton among them.
-			pusher := p.Sender.Login
-			if p.Sender.Type == "Bot" {
-				pusher = ""
-			}
-			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: pusher}, nil
+			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: person(p.Sender)}, nil
 		case "reopened":
 			for _, l := range pr.Labels {
 				if strings.EqualFold(l.Name, q.cfg.Label) {
-					return &intent{kind: intentJoin, pr: pr.Number}, nil
+					// Who reopened it: the label was put there for the pull
+					// request as it was, and its author may reopen it (after
+					// pushing to its branch while it was closed).
+					return &intent{kind: intentJoin, pr: pr.Number, user: person(p.Sender)}, nil
 				}
 			}
 		}
