@@ -74,11 +74,17 @@ func (s *Sim) userLocked(login, typ string) *user {
 	return u
 }
 
-// user returns the account with login, creating a person if new.
+// user returns the account with login, creating a person if new (an App's
+// bot account, of type Bot, for a login ending in "[bot]", as GitHub's
+// are: "github-actions[bot]").
 func (s *Sim) user(login string) *user {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.userLocked(login, "User")
+	typ := "User"
+	if strings.HasSuffix(login, "[bot]") {
+		typ = "Bot"
+	}
+	return s.userLocked(login, typ)
 }
 
 // defaultSender is the person admin actions are attributed to when the

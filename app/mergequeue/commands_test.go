@@ -183,6 +183,11 @@ func TestBounceCommentQuotesCheckNames(t *testing.T) {
 // it queued at its new head.
 func TestPushByReaderBouncesFromTheQueue(t *testing.T) {
 	t.Parallel()
+	t.Run("person", func(t *testing.T) { t.Parallel(); testPushByReaderBounces(t, false) })
+	t.Run("app", func(t *testing.T) { t.Parallel(); testPushByReaderBounces(t, true) })
+}
+
+func testPushByReaderBounces(t *testing.T, bot bool) {
 	s := newStack(t, stackOptions{})
 	const repo = "pushes"
 	s.repo(t, repo, 2, []string{"ci"})
@@ -196,8 +201,13 @@ func TestPushByReaderBouncesFromTheQueue(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
 
-	// #1: its author, who may not write, pushes after it was queued.
-	sha1, err := s.sim.PushPull("octo", repo, 1, "", "outsider")
+	// #1: its author, who may not write, pushes after it was queued (or
+	// has a workflow of the fork push, as github-actions[bot]).
+	pusher := "outsider"
+	if bot {
+		pusher = "github-actions[bot]"
+	}
+	sha1, err := s.sim.PushPull("octo", repo, 1, "", pusher)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +232,7 @@ func TestPushByReaderBouncesFromTheQueue(t *testing.T) {
 		_, queued := s.entryOf(t, repo, 1)
 		return !queued && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
-	if c := bounceCommentsOf(s.pull(t, repo, 1)); len(c) != 1 || !strings.Contains(c[0], "pushed by @outsider, who has read permission") {
+	if c := bounceCommentsOf(s.pull(t, repo, 1)); len(c) != 1 || !strings.Contains(c[0], "pushed by @"+pusher+", who has") {
 		t.Errorf("#1's bounce comments: %q", c)
 	}
 }

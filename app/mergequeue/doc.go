@@ -21,8 +21,8 @@
 // # The state machine
 //
 // A pull request joins when the label (Config.Label, "baton:queue") is
-// added, when it is reopened carrying it by someone with write permission
-// (or an App), or on a "/baton queue" comment by someone with write
+// added, when it is reopened carrying it by someone with write
+// permission, or on a "/baton queue" comment by someone with write
 // permission (baton then adds the label: the label is
 // the queue's mark on GitHub, which a reconcile re-derives the queue from).
 // A delivery is applied to the pull request as GitHub has it when the
@@ -59,7 +59,7 @@
 // once more first, so with no events the periodic reconcile, which visits
 // every repository with state, bounces it within ReconcileInterval of the
 // timeout. New commits pushed by someone without write permission on the
-// repository (an App's pushes aside) bounce the entry instead of moving
+// repository (Apps included) bounce the entry instead of moving
 // it: a join vouches for what the pull request holds then, not for what
 // the author of a pull request from a fork may push to it afterwards;
 // for the same reason a pull request reopened carrying the label by

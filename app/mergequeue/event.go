@@ -132,18 +132,10 @@ type intent struct {
 	// intentCommand
 	dequeue bool
 	// user is, for intentCommand, the commenter; for intentReevaluate, the
-	// pusher; for intentJoin from a reopening, who reopened it. "" for an
-	// App (person), whose permission is not asked.
+	// pusher; for intentJoin from a reopening, who reopened it. Apps (bot
+	// accounts) are asked about like people: the workflow of a fork pushes
+	// to its branch as github-actions[bot].
 	user string
-}
-
-// person is the login of u, or "" when u is an App (a bot account):
-// Apps are what the repository's admins installed, baton among them.
-func person(u userPayload) string {
-	if u.Type == "Bot" {
-		return ""
-	}
-	return u.Login
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -185,17 +177,16 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		case "closed":
 			return &intent{kind: intentClosed, pr: pr.Number, merged: pr.Merged}, nil
 		case "synchronize":
-			// Who pushed: a person without write permission takes the pull
-			// request out of the queue (reevaluate). Apps (bots) are what
-			// the repository's admins installed, baton among them.
-			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: person(p.Sender)}, nil
+			// Who pushed: someone without write permission takes the pull
+			// request out of the queue (reevaluate).
+			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: p.Sender.Login}, nil
 		case "reopened":
 			for _, l := range pr.Labels {
 				if strings.EqualFold(l.Name, q.cfg.Label) {
 					// Who reopened it: the label was put there for the pull
 					// request as it was, and its author may reopen it (after
 					// pushing to its branch while it was closed).
-					return &intent{kind: intentJoin, pr: pr.Number, user: person(p.Sender)}, nil
+					return &intent{kind: intentJoin, pr: pr.Number, user: p.Sender.Login}, nil
 				}
 			}
 		}

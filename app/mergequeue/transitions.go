@@ -365,7 +365,10 @@ const pushAdvice = "Someone with write permission can add the `%s` label again (
 // instead (a bounce): putting a pull request in the queue vouches for
 // what it holds then, not for what anyone may push to it afterwards (the
 // author of a pull request from a fork, say), which baton would merge
-// once its checks pass. An empty pusher (an App) is not asked about.
+// once its checks pass. An App is asked about like a person (GitHub
+// answers that it has no permission, so a push by an App bounces too): a
+// fork's own workflow pushes to its branch as github-actions[bot]. An
+// empty pusher (a delivery without a sender) is not asked about.
 func (r *run) reevaluate(n int, pusher string) error {
 	e := r.find(n)
 	if e == nil || e.status == StatusBounced {
