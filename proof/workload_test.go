@@ -264,7 +264,9 @@ func (s *submitter) run(ctx context.Context, perClient [][]*plannedOp) {
 	var wg sync.WaitGroup
 	for c, ops := range perClient {
 		wg.Go(func() {
-			cl, err := client.New(s.baseURL, client.WithToken(s.tokens[c]), client.WithHTTPClient(s.http))
+			// The submitter retries itself (submit), so that the report
+			// counts each try: the client's own retries would hide them.
+			cl, err := client.New(s.baseURL, client.WithToken(s.tokens[c]), client.WithHTTPClient(s.http), client.WithRetries(0))
 			if err != nil {
 				s.problem(err.Error())
 				return
