@@ -21,60 +21,38 @@ func mustFault(t *testing.T, s *Sim, f Fault) string {
 	return id
 }
 
-func TestFaultBaseModified(t *testing.T) {
+// The refusals GitHub answers without applying the request: a merge
+// after its base moved, a merge while another is being carried out, a
+// token it does not take. Each fires on its count and applies nothing.
+func TestFaultRefusals(t *testing.T) {
 	t.Parallel()
-	e := seeded(t, Config{})
-	c := ctx(t)
-	cl := e.client(1)
-	mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: FaultBaseModified, Count: 1})
-	_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
-	wantStatus(t, err, http.StatusMethodNotAllowed)
-	if !strings.Contains(err.Error(), "Base branch was modified") {
-		t.Errorf("error %v", err)
-	}
-	if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
-		t.Fatal("a base-modified fault applied the merge")
-	}
-	if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
-		t.Fatalf("the count-1 fault fired twice: %v", err)
-	}
-}
-
-func TestFaultMergeInProgress(t *testing.T) {
-	t.Parallel()
-	e := seeded(t, Config{})
-	c := ctx(t)
-	cl := e.client(1)
-	mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: FaultMergeInProgress, Count: 1})
-	_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
-	wantStatus(t, err, http.StatusMethodNotAllowed)
-	if !strings.Contains(err.Error(), "Merge already in progress") {
-		t.Errorf("error %v", err)
-	}
-	if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
-		t.Fatal("a merge-in-progress fault applied the merge")
-	}
-	if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
-		t.Fatalf("the count-1 fault fired twice: %v", err)
-	}
-}
-
-func TestFaultUnauthorized(t *testing.T) {
-	t.Parallel()
-	e := seeded(t, Config{})
-	c := ctx(t)
-	cl := e.client(1)
-	mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: FaultUnauthorized, Count: 1})
-	_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
-	wantStatus(t, err, http.StatusUnauthorized)
-	if !strings.Contains(err.Error(), "Bad credentials") {
-		t.Errorf("error %v", err)
-	}
-	if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
-		t.Fatal("an unauthorized fault applied the merge")
-	}
-	if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
-		t.Fatalf("the count-1 fault fired twice: %v", err)
+	for _, tc := range []struct {
+		kind    FaultKind
+		status  int
+		message string
+	}{
+		{FaultBaseModified, http.StatusMethodNotAllowed, "Base branch was modified"},
+		{FaultMergeInProgress, http.StatusMethodNotAllowed, "Merge already in progress"},
+		{FaultUnauthorized, http.StatusUnauthorized, "Bad credentials"},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			t.Parallel()
+			e := seeded(t, Config{})
+			c := ctx(t)
+			cl := e.client(1)
+			mustFault(t, e.sim, Fault{Route: mergeRoute, Kind: tc.kind, Count: 1})
+			_, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil)
+			wantStatus(t, err, tc.status)
+			if !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("error %v", err)
+			}
+			if p, _ := e.sim.Pull("octo", "demo", 1); p.Merged || len(e.sim.Effects()) != 0 {
+				t.Fatal("the fault applied the merge")
+			}
+			if _, _, err := cl.PullRequests.Merge(c, "octo", "demo", 1, "", nil); err != nil {
+				t.Fatalf("the count-1 fault fired twice: %v", err)
+			}
+		})
 	}
 }
 

@@ -309,6 +309,23 @@ func TestBatchTransactionLost(t *testing.T) {
 	}
 }
 
+// capPages caps db's size at its pages now and extra more, as a full disk
+// would (the cap is the writer connection's).
+func capPages(t *testing.T, db *DB, extra int) {
+	t.Helper()
+	ctx := context.Background()
+	var pages int
+	if err := db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+extra))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Ready says the store is not ready while writes fail for want of storage
 // (here a database capped at its size, as a full disk would), even though
 // reads and small writes that fit still succeed, and ready again once a
@@ -320,16 +337,7 @@ func TestReadyReportsFailingWrites(t *testing.T) {
 	if err := db.Ready(ctx); err != nil {
 		t.Fatalf("Ready on a fresh database: %v", err)
 	}
-	var pages int
-	if err := db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Write(ctx, func(tx *Tx) error {
-		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+1))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	capPages(t, db, 1)
 	err := db.Write(ctx, func(tx *Tx) error {
 		_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES ('big', zeroblob(100000))`)
 		return err
@@ -376,16 +384,7 @@ func TestReadyProbeBatchedAlone(t *testing.T) {
 	t.Parallel()
 	db := openTest(t)
 	ctx := context.Background()
-	var pages int
-	if err := db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Write(ctx, func(tx *Tx) error {
-		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+2))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	capPages(t, db, 2)
 	if err := db.Write(ctx, func(tx *Tx) error {
 		_, err := tx.Exec(`INSERT INTO kv (k, v) VALUES ('big', zeroblob(100000))`)
 		return err
