@@ -290,3 +290,41 @@ func TestReopenByReaderDoesNotQueue(t *testing.T) {
 		t.Errorf("queue after a reconcile: %v", got)
 	}
 }
+
+// The label queues a pull request only when whoever added it may write:
+// GitHub lets triage add labels but not merge, so a triager's label would
+// have baton merge what they may not. The label is removed (a reconcile
+// would queue from it), and a label added by someone who may write queues.
+// The label baton adds for a "/baton queue" command, as the App, queues
+// (the command's author was asked about).
+func TestLabelByTriagerDoesNotQueue(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "triaged"
+	s.repo(t, repo, 3, []string{"ci"})
+	if err := s.sim.SetPermission("octo", repo, "triager", "read"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "triager"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 2, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.AddComment("octo", repo, 3, "/baton queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "#2 and #3 queued, #1 not and without its label", func() bool {
+		_, queued1 := s.entryOf(t, repo, 1)
+		order := s.queueOrder(t, repo)
+		return len(order) == 2 && slices.Contains(order, 2) && slices.Contains(order, 3) && !queued1 &&
+			!slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") && slices.Contains(s.pull(t, repo, 3).Labels, "baton:queue")
+	})
+	// A reconcile, which queues what carries the label, does not queue #1.
+	if _, err := s.q.Reconcile(context.Background(), 1, "octo", repo); err != nil {
+		t.Fatal(err)
+	}
+	if _, queued := s.entryOf(t, repo, 1); queued {
+		t.Error("#1 queued by a reconcile")
+	}
+}

@@ -21,7 +21,8 @@
 // # The state machine
 //
 // A pull request joins when the label (Config.Label, "baton:queue") is
-// added, when it is reopened carrying it by someone with write
+// added by someone with write permission (or by an App: baton adds it
+// for a command), when it is reopened carrying it by someone with write
 // permission, or on a "/baton queue" comment by someone with write
 // permission (baton then adds the label: the label is
 // the queue's mark on GitHub, which a reconcile re-derives the queue from).

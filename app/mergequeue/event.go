@@ -132,10 +132,13 @@ type intent struct {
 	// intentCommand
 	dequeue bool
 	// user is, for intentCommand, the commenter; for intentReevaluate, the
-	// pusher; for intentJoin from a reopening, who reopened it. Apps (bot
-	// accounts) are asked about like people: the workflow of a fork pushes
-	// to its branch as github-actions[bot].
+	// pusher; for intentJoin from a reopening, who reopened it, and from a
+	// label, the person who added it ("" for an App). Apps (bot accounts)
+	// are asked about like people when they push or reopen: the workflow
+	// of a fork pushes to its branch as github-actions[bot].
 	user string
+	// labeled is set for an intentJoin from the label being added.
+	labeled bool
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -171,7 +174,17 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 				return nil, nil
 			}
 			if action == "labeled" {
-				return &intent{kind: intentJoin, pr: pr.Number}, nil
+				// Who added the label must be able to merge: GitHub lets
+				// triage add labels, but not merge. An App that labels is
+				// one the repository's admins installed with write access
+				// to issues (baton itself, labelling for a "/baton queue"
+				// command it checked); a fork's workflow cannot label the
+				// base repository's pull requests.
+				user := p.Sender.Login
+				if p.Sender.Type == "Bot" {
+					user = ""
+				}
+				return &intent{kind: intentJoin, pr: pr.Number, user: user, labeled: true}, nil
 			}
 			return &intent{kind: intentLeave, pr: pr.Number}, nil
 		case "closed":

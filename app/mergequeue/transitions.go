@@ -20,15 +20,15 @@ func (r *run) apply(in *intent) error {
 	switch in.kind {
 	case intentJoin:
 		if in.user != "" {
-			// Reopened carrying the label: whoever reopened it must be
-			// able to queue it (an entry already in line stays).
+			// Labelled, or reopened carrying the label: whoever did it
+			// must be able to queue it (an entry already in line stays).
 			if e := r.find(in.pr); e == nil || e.status == StatusBounced {
 				ok, perm, err := r.mayWrite(in.user)
 				if err != nil {
 					return err
 				}
 				if !ok {
-					if err := r.refuseReopened(in.pr, in.user, perm); err != nil {
+					if err := r.refuseJoin(in.pr, in.user, perm, in.labeled); err != nil {
 						return err
 					}
 					break
@@ -345,12 +345,17 @@ func (r *run) merged(e *entry, detail string) error {
 	return r.status(e, "success", "Merged by the merge queue", "merged")
 }
 
-// refuseReopened keeps pull request n, reopened carrying the label by
-// user, who may not write, out of the queue, and removes the label (a
-// reconcile would queue it again from the label).
-func (r *run) refuseReopened(n int, user, perm string) error {
-	r.note("#%d reopened by @%s (%s permission) with the label; not queued", n, user, perm)
-	r.logInfo("pull request reopened with the label by someone without write permission; not queued", "mergequeue.reopen_refused", n)
+// refuseJoin keeps pull request n, labelled (labeled) or reopened carrying
+// the label by user, who may not write, out of the queue, and removes the
+// label (a reconcile would queue it again from the label).
+func (r *run) refuseJoin(n int, user, perm string, labeled bool) error {
+	if labeled {
+		r.note("#%d labelled by @%s (%s permission); not queued", n, user, perm)
+		r.logInfo("queue label added by someone without write permission; not queued", "mergequeue.label_refused", n)
+	} else {
+		r.note("#%d reopened by @%s (%s permission) with the label; not queued", n, user, perm)
+		r.logInfo("pull request reopened with the label by someone without write permission; not queued", "mergequeue.reopen_refused", n)
+	}
 	_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(n), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(n))
 	return err
 }
