@@ -37,7 +37,7 @@ type serveOptions struct {
 	appID                                        int64
 	privateKey                                   string
 	webhookSecret, webhookSecretFile             string
-	previousWebhookSecret                        string
+	previousWebhookSecret, previousSecretFile    string
 	pacing                                       string
 	natsURL, natsListen, natsCreds, natsNKey     string
 	natsTLSCA, natsTLSCert, natsTLSKey, natsSync string
@@ -112,7 +112,8 @@ checks GitHub first when it runs again), then exit 0.`,
 	f.StringVar(&o.privateKey, "private-key", "", "file holding the App's private key (PEM)")
 	f.StringVar(&o.webhookSecret, "webhook-secret", "", "the App's webhook secret (prefer --webhook-secret-file or the environment)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the App's webhook secret")
-	f.StringVar(&o.previousWebhookSecret, "previous-webhook-secret", "", "a second webhook secret accepted while rotating")
+	f.StringVar(&o.previousWebhookSecret, "previous-webhook-secret", "", "a second webhook secret accepted while rotating (prefer --previous-webhook-secret-file)")
+	f.StringVar(&o.previousSecretFile, "previous-webhook-secret-file", "", "file holding a second webhook secret accepted while rotating")
 	f.StringVar(&o.pacing, "github-pacing", "on", "pace each installation's mutating requests as GitHub asks (on|off; --dev: off)")
 	f.StringVar(&o.natsURL, "nats", "", "external NATS server or cluster URL(s); default: embedded")
 	f.StringVar(&o.natsListen, "nats-listen", "", "let the embedded NATS server accept clients on this address (e.g. 127.0.0.1:4222)")
@@ -301,6 +302,18 @@ func (o *serveOptions) config() (app.Config, error) {
 			return cfg, fmt.Errorf("--webhook-secret-file: %w", err)
 		}
 		cfg.WebhookSecret = strings.TrimSpace(string(b))
+	}
+	if o.previousSecretFile != "" {
+		// As for the current secret: a secret given on the command line
+		// shows in ps, one in a file does not.
+		if o.previousWebhookSecret != "" {
+			return cfg, errors.New("give --previous-webhook-secret or --previous-webhook-secret-file, not both")
+		}
+		b, err := os.ReadFile(o.previousSecretFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--previous-webhook-secret-file: %w", err)
+		}
+		cfg.PreviousWebhookSecret = strings.TrimSpace(string(b))
 	}
 	if cfg.AppID != 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
 		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")

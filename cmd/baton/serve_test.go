@@ -270,3 +270,32 @@ func TestServeMergeQueueGateTimeoutFlag(t *testing.T) {
 		t.Errorf("a gate timeout of 0: %v", err)
 	}
 }
+
+// The secret accepted while rotating can come from a file, as the current
+// one can: a secret on the command line shows in ps.
+func TestServePreviousWebhookSecretFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "previous")
+	if err := os.WriteFile(file, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &serveOptions{}
+	if err := serveCmd(o).Flags().Parse([]string{"--previous-webhook-secret-file", file}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.config()
+	if err != nil || cfg.PreviousWebhookSecret != "old-secret" {
+		t.Errorf("previous secret %q, %v", cfg.PreviousWebhookSecret, err)
+	}
+	for _, args := range [][]string{
+		{"--previous-webhook-secret-file", file, "--previous-webhook-secret", "x"},
+		{"--previous-webhook-secret-file", filepath.Join(t.TempDir(), "missing")},
+	} {
+		o := &serveOptions{}
+		if err := serveCmd(o).Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--previous-webhook-secret") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
