@@ -232,19 +232,9 @@ func testPushByReaderBounces(t *testing.T, bot bool) {
 		_, queued := s.entryOf(t, repo, 1)
 		return !queued && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
-	if c := bounceCommentsOf(s.pull(t, repo, 1)); len(c) != 1 || !strings.Contains(c[0], "pushed by @"+pusher+", who has") {
+	if c := bounceComments(s.pull(t, repo, 1)); len(c) != 1 || !strings.Contains(c[0], "pushed by @"+pusher+", who has") {
 		t.Errorf("#1's bounce comments: %q", c)
 	}
-}
-
-func bounceCommentsOf(p ghsim.Pull) []string {
-	var out []string
-	for _, c := range p.Comments {
-		if c.ByApp && strings.Contains(c.Body, "removed this pull request from the merge queue") {
-			out = append(out, c.Body)
-		}
-	}
-	return out
 }
 
 // The label vouches for a pull request as it was when someone with write
