@@ -42,10 +42,7 @@ func actionRecord(t *testing.T, action string, res schema.Resource, payload stri
 func TestActionsAgainstSimulator(t *testing.T) {
 	t.Parallel()
 	sim, gh := newSim(t, ghsim.Config{})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	ctx := context.Background()
 	now := time.Now()
 
@@ -192,10 +189,7 @@ func TestActionsAgainstSimulator(t *testing.T) {
 func TestRemoveLabelNameStaysInItsPath(t *testing.T) {
 	t.Parallel()
 	sim, gh := newSim(t, ghsim.Config{})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	ctx := context.Background()
 	res := schema.Resource{Type: "issue", ID: "octo/demo#12"}
 	remove := func(t *testing.T, label string) error {
@@ -307,10 +301,7 @@ func TestRemoveLabelPath(t *testing.T) {
 func TestCommentProbeTrustsOnlyTheApp(t *testing.T) {
 	t.Parallel()
 	sim, gh := newSim(t, ghsim.Config{})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	ctx := withApp(context.Background(), gh.identity)
 	rec, tg, p := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"body":"hello"}`)
 	a := actions[rec.Action]
@@ -428,10 +419,7 @@ func TestRemoveLabelRecordsTheAnswersLabels(t *testing.T) {
 func TestCommentProbeIgnoresAQuotedMarker(t *testing.T) {
 	t.Parallel()
 	sim, gh := newSim(t, ghsim.Config{})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	ctx := withApp(context.Background(), gh.identity)
 	victim, tg, p := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"body":"the real one"}`)
 	quoting, qtg, qp := actionRecord(t, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#11"},

@@ -115,10 +115,7 @@ func TestCancelPickedUpAfterAmbiguousFailureProbesFirst(t *testing.T) {
 	// The 503 did not apply the comment, but GitHub can apply a request and
 	// still answer 5xx: put the operation's comment there, as if it had
 	// (posted by the App: the probe trusts no one else's).
-	c, err := s.gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, s.gh)
 	body := "maybe\n\n" + CommentMarker(rec.OperationID)
 	if _, _, err := c.Issues.CreateComment(context.Background(), "octo", "demo", 10, &github.IssueComment{Body: &body}); err != nil {
 		t.Fatal(err)

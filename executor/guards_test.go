@@ -115,10 +115,7 @@ func TestStaleCopyDoesNotOverwriteAnAttempt(t *testing.T) {
 	if err := s.coord.Fenced(ctx, l, func(tx *sqlite.Tx) error { return save(tx) }); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, s.gh)
 	body := "once\n\n" + CommentMarker(sub.OperationID)
 	if _, _, err := c.Issues.CreateComment(ctx, "octo", "demo", 10, &github.IssueComment{Body: &body}); err != nil {
 		t.Fatal(err)

@@ -63,10 +63,7 @@ func TestMergeInProgressOnLastAttemptProbed(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
 	head := ghsim.DemoHeadSHA(3)
-	cl, err := s.gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := installationClient(t, s.gh)
 	if _, _, err := cl.PullRequests.Merge(context.Background(), "octo", "demo", 3, "", &github.PullRequestOptions{SHA: head}); err != nil {
 		t.Fatal(err)
 	}

@@ -524,10 +524,7 @@ func TestUpdateRefMissingObjectIsNotAConflict(t *testing.T) {
 func TestUpdateRefChecksTheLeaseBeforeUpdating(t *testing.T) {
 	t.Parallel()
 	sim, gh := newSim(t, ghsim.Config{})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	base, _ := sim.Ref("octo", "demo", "heads/main")
 	next, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}})
 	if err != nil {

@@ -22,10 +22,7 @@ import (
 func TestSecondaryLimitWithoutRetryAfterWaitsAMinute(t *testing.T) {
 	t.Parallel()
 	_, gh := newSim(t, ghsim.Config{Limits: ghsim.Limits{SecondaryLimit: 1}})
-	c, err := gh.Installation(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := installationClient(t, gh)
 	comment := func() (Classification, *github.Response) {
 		body := "hello"
 		_, resp, err := c.Issues.CreateComment(context.Background(), "octo", "demo", 10, &github.IssueComment{Body: &body})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/go-github/v62/github"
+
 	"github.com/baton-dev/baton/app/ghsim"
 )
 
@@ -32,4 +34,15 @@ func newSim(t testing.TB, cfg ghsim.Config) (*ghsim.Sim, *GitHubClients) {
 	}
 	t.Cleanup(gh.Close)
 	return sim, gh
+}
+
+// installationClient returns gh's client of the simulator's demo
+// installation.
+func installationClient(t testing.TB, gh *GitHubClients) *github.Client {
+	t.Helper()
+	c, err := gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
