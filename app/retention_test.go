@@ -137,12 +137,19 @@ func TestServerPrunesFinishedOperations(t *testing.T) {
 	}
 	// The counters move just after the deletes.
 	for _, line := range []string{"\nbaton_operations_pruned_total 1\n", "\nbaton_lease_histories_pruned_total 1\n"} {
-		for !strings.Contains(metricsOf(t, srv), line) {
-			if time.Now().After(deadline) {
-				t.Fatalf("/metrics lacks %q", strings.TrimSpace(line))
-			}
-			time.Sleep(20 * time.Millisecond)
+		waitMetric(t, srv, line, deadline)
+	}
+}
+
+// waitMetric waits until srv's /metrics holds line, at most until
+// deadline.
+func waitMetric(t *testing.T, srv *Server, line string, deadline time.Time) {
+	t.Helper()
+	for !strings.Contains(metricsOf(t, srv), line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q", strings.TrimSpace(line))
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -244,12 +251,7 @@ func waitDeadLetters(t *testing.T, srv *Server, removed int, want ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for line := fmt.Sprintf("\nbaton_queue_dead_letters_removed_total %d\n", removed); !strings.Contains(metricsOf(t, srv), line); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q", strings.TrimSpace(line))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitMetric(t, srv, fmt.Sprintf("\nbaton_queue_dead_letters_removed_total %d\n", removed), deadline)
 }
 
 // A dead-lettered operation that was cancelled (not replayed) loses its
