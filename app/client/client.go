@@ -515,19 +515,9 @@ func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
 	return doc, err
 }
 
-func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, in any) (*http.Request, error) {
-	var body []byte
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("client: encode request: %w", err)
-		}
-		body = b
-	}
-	return c.newRawRequest(ctx, method, path, q, body)
-}
-
-func (c *Client) newRawRequest(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Request, error) {
+// newRequest builds a request of the route at path with body (nil: none),
+// already encoded (do encodes once and sends the same bytes on every try).
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Request, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -593,7 +583,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 // once sends a request once. again says whether it may be sent again: -1
 // no, otherwise after at least that long (the answer's Retry-After, or 0).
 func (c *Client) once(ctx context.Context, method, path string, q url.Values, body []byte, out any) (status int, again time.Duration, _ error) {
-	req, err := c.newRawRequest(ctx, method, path, q, body)
+	req, err := c.newRequest(ctx, method, path, q, body)
 	if err != nil {
 		return 0, -1, err
 	}
