@@ -61,12 +61,7 @@ func bounceKey(owner, name string, n int, sha string, joined time.Time) string {
 // "mergequeue:refused:<owner>/<name>#<n>:<command>:<user>". A commenter
 // is told once per pull request and command, however often they comment.
 func refusalKey(owner, name string, n int, command, user string) string {
-	k := "mergequeue:refused:" + nameKey(owner, name) + "#" + strconv.Itoa(n) + ":" + command + ":" + user
-	if len(k) <= schema.MaxIdempotencyKeyChars {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "mergequeue:refused:sha256:" + hex.EncodeToString(sum[:])
+	return schema.DerivedKey("mergequeue:refused", nameKey(owner, name)+"#"+strconv.Itoa(n), command, user)
 }
 
 // opKey derives the idempotency key of a piece of work done for one

@@ -411,9 +411,7 @@ func (r *run) pushedByOther(e *entry, pr *github.PullRequest, pusher, perm strin
 		return r.merged(e, "merged by baton before its head moved")
 	}
 	if head := pr.GetHead().GetSHA(); head != "" && head != e.sha {
-		e.sha, e.base = head, pr.GetBase().GetRef()
-		e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
-		e.reevaluatedAt, e.dirty = r.now, true
+		r.resetHead(e, head, pr.GetBase().GetRef())
 	}
 	r.logInfo("pull request pushed to by someone without write permission", "mergequeue.pushed_by_reader", e.pr)
 	return r.bounce(e, fmt.Sprintf("new commits were pushed by @%s, who has %s permission", pusher, perm), pushAdvice)
@@ -435,13 +433,20 @@ func (r *run) moveTo(e *entry, pr *github.PullRequest) error {
 	}
 	fields := fate.logFields(e)
 	old := e.sha
-	e.sha, e.base, e.status = head, pr.GetBase().GetRef(), StatusQueued
-	e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
-	e.reevaluatedAt, e.dirty = r.now, true
+	r.resetHead(e, head, pr.GetBase().GetRef())
+	e.status = StatusQueued
 	r.audit(AuditReevaluate, e.pr, head, "new head"+fate.detailAt(old))
 	r.note("#%d re-evaluated at %s%s", e.pr, shortSHA(head), fate.detail())
 	r.logInfo("pull request re-evaluated at its new head", "mergequeue.reevaluated", e.pr, fields...)
 	return r.evaluate(e)
+}
+
+// resetHead moves e to head on base: what its gate and merge said of the
+// old head no longer holds.
+func (r *run) resetHead(e *entry, head, base string) {
+	e.sha, e.base = head, base
+	e.gateResult, e.gateDetail, e.gateResultAt, e.mergeOperationID = "", "", time.Time{}, ""
+	e.reevaluatedAt, e.dirty = r.now, true
 }
 
 // command runs "/baton queue" or "/baton dequeue" for a commenter with
