@@ -293,27 +293,11 @@ func (o *serveOptions) config() (app.Config, error) {
 		}
 		cfg.PrivateKey = b
 	}
-	if o.webhookSecretFile != "" {
-		if o.webhookSecret != "" {
-			return cfg, errors.New("give --webhook-secret or --webhook-secret-file, not both")
-		}
-		b, err := os.ReadFile(o.webhookSecretFile)
-		if err != nil {
-			return cfg, fmt.Errorf("--webhook-secret-file: %w", err)
-		}
-		cfg.WebhookSecret = strings.TrimSpace(string(b))
+	if cfg.WebhookSecret, err = secretFlag("webhook-secret", o.webhookSecret, o.webhookSecretFile); err != nil {
+		return cfg, err
 	}
-	if o.previousSecretFile != "" {
-		// As for the current secret: a secret given on the command line
-		// shows in ps, one in a file does not.
-		if o.previousWebhookSecret != "" {
-			return cfg, errors.New("give --previous-webhook-secret or --previous-webhook-secret-file, not both")
-		}
-		b, err := os.ReadFile(o.previousSecretFile)
-		if err != nil {
-			return cfg, fmt.Errorf("--previous-webhook-secret-file: %w", err)
-		}
-		cfg.PreviousWebhookSecret = strings.TrimSpace(string(b))
+	if cfg.PreviousWebhookSecret, err = secretFlag("previous-webhook-secret", o.previousWebhookSecret, o.previousSecretFile); err != nil {
+		return cfg, err
 	}
 	if cfg.AppID != 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
 		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")
@@ -406,4 +390,21 @@ Try it from another shell:
 
 Stop with Ctrl-C.
 `, d.Server, d.GitHub, ghsim.DemoHeadSHA(1), ghsim.DemoHeadSHA(2), ghsim.DemoHeadSHA(3), d.Token, d.Server, d.Token)
+}
+
+// secretFlag returns the secret of --NAME, or of --NAME-file (the file's
+// content, trimmed): a secret given on the command line shows in ps, one
+// in a file does not. Giving both is an error.
+func secretFlag(name, value, file string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	if value != "" {
+		return "", fmt.Errorf("give --%s or --%s-file, not both", name, name)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--%s-file: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
