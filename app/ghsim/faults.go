@@ -269,11 +269,10 @@ func (a faultAction) response() response {
 	case FaultUnauthorized:
 		return badCredentials()
 	case FaultBaseModified:
-		return errResponse(http.StatusMethodNotAllowed, "Base branch was modified. Review and try the merge again.", docsRoot)
+		return errResponse(http.StatusMethodNotAllowed, baseModifiedMessage, docsRoot)
 	case FaultMergeInProgress:
 		return errResponse(http.StatusMethodNotAllowed, "Merge already in progress", docsRoot)
-	}
-	if a.kind == FaultTooManyRequests {
+	case FaultTooManyRequests:
 		resp := errResponse(http.StatusTooManyRequests, "Too Many Requests", docsRoot)
 		if a.retryAfter > 0 {
 			resp.header = http.Header{"Retry-After": {strconv.Itoa(int(math.Ceil(a.retryAfter.Seconds())))}}

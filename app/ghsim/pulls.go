@@ -311,7 +311,7 @@ func (s *Sim) mergePull(c *call) response {
 	}
 	baseSha, ok := r.refs["heads/"+p.base]
 	if !ok {
-		return errResponse(http.StatusUnprocessableEntity, "Base branch was modified. Review and try the merge again.", docsRoot)
+		return errResponse(http.StatusUnprocessableEntity, baseModifiedMessage, docsRoot)
 	}
 	title := cmp.Or(req.CommitTitle, fmt.Sprintf("Merge pull request #%d from %s/%s", is.number, r.owner.login, p.head))
 	parents := []string{baseSha, p.headSha}

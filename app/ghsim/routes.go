@@ -69,6 +69,9 @@ const (
 	docsRoot      = "https://docs.github.com/rest"
 	apiV3Prefix   = "/api/v3"
 	mediaTypeJSON = "application/json; charset=utf-8"
+	// baseModifiedMessage is GitHub's answer to a merge just after its
+	// base branch moved.
+	baseModifiedMessage = "Base branch was modified. Review and try the merge again."
 )
 
 func (s *Sim) routes() http.Handler {
