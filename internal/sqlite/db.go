@@ -305,21 +305,12 @@ func (db *DB) run() {
 			select {
 			case first = <-db.reqs:
 			case <-db.quit:
-				// Write no longer accepts requests; finish the ones queued.
-				for {
-					select {
-					case r := <-db.reqs:
-						for r != nil {
-							batch = append(batch[:0], r)
-							r = nil
-							if !batch[0].alone {
-								batch, r = db.fill(batch)
-							}
-							db.commit(batch)
-						}
-					default:
-						return
-					}
+				// Write no longer accepts requests; finish the ones queued
+				// (quit stays closed: each round comes back here).
+				select {
+				case first = <-db.reqs:
+				default:
+					return
 				}
 			}
 		}
