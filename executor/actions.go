@@ -121,9 +121,9 @@ func persist(ctx context.Context) error {
 	return nil
 }
 
-// appIdentity is who baton's GitHub App is: its ID and slug.
+// appIdentity is who baton's GitHub App is: its slug, which names the bot
+// account its comments are posted as.
 type appIdentity struct {
-	ID   int64
 	Slug string
 }
 
@@ -382,8 +382,9 @@ func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Rec
 	// resolved (a label could name any other route of the repository).
 	path, ok := labelPath(pl.Label)
 	if !ok {
-		// schema refuses such names; a record stored before it did is
-		// refused here.
+		// schema refuses such names, and Process decodes stored payloads
+		// by today's rules too (a record stored before the rule fails
+		// there); this guards the action itself, whoever calls it.
 		return nil, nil, &actionError{Classification{Category: CategoryValidation,
 			Message: `a label name cannot be "." or "..", nor have such a part between slashes`}}
 	}

@@ -327,7 +327,7 @@ func TestCommentProbeTrustsOnlyTheApp(t *testing.T) {
 		}
 	}
 	other := withApp(context.Background(), func(context.Context) (appIdentity, error) {
-		return appIdentity{ID: 999, Slug: "someone-else"}, nil
+		return appIdentity{Slug: "someone-else"}, nil
 	})
 	if done, _, _, err := a.probe(other, c, rec, tg, p); err != nil || done {
 		t.Errorf("probe for another App = %v, %v", done, err)
@@ -355,7 +355,7 @@ func TestCommentProbeSkipsOlderComments(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := github.NewClient(srv.Client())
 	c.BaseURL, _ = url.Parse(srv.URL + "/api/v3/")
-	ctx := withApp(context.Background(), func(context.Context) (appIdentity, error) { return appIdentity{ID: 1, Slug: "baton"}, nil })
+	ctx := withApp(context.Background(), func(context.Context) (appIdentity, error) { return appIdentity{Slug: "baton"}, nil })
 	for _, tc := range []struct {
 		name string
 		at   time.Time

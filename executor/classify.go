@@ -209,7 +209,7 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 	case s == http.StatusTooManyRequests:
 		// go-github does not turn a 429 into a rate-limit error.
 		tooManyRequests(&c, r.Header, now)
-	case s == http.StatusForbidden && isSecondaryMessage(ere):
+	case s == http.StatusForbidden && secondaryText(ere.Message):
 		// A secondary limit whose documentation_url go-github did not
 		// recognise.
 		c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
@@ -257,8 +257,6 @@ func tooManyRequests(c *Classification, h http.Header, now time.Time) {
 		c.Wait = DefaultSecondaryWait
 	}
 }
-
-func isSecondaryMessage(ere *github.ErrorResponse) bool { return secondaryText(ere.Message) }
 
 func secondaryText(msg string) bool {
 	m := strings.ToLower(msg)

@@ -272,25 +272,27 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 		// not count toward dead-lettering.
 		e.nudge(ctx, operationID)
 	}
-	if err == nil && rec.Status == schema.StatusCancelled && e.nudger != nil && e.writer != nil {
+	if err != nil {
+		return rec, err
+	}
+	cancelled := rec.Status == schema.StatusCancelled
+	if cancelled && e.nudger != nil && e.writer != nil {
 		// The next operation on its resource was waiting for it: it may
 		// go now, without waiting out its delay.
 		if next, ok, nerr := e.writer.NextPending(ctx, rec.Resource); nerr == nil && ok {
 			e.nudge(ctx, next)
 		}
 	}
-	if err == nil {
-		e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),
-			zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))
-	}
-	if err == nil && rec.Status == schema.StatusCancelled {
+	e.log.Info("cancellation requested", zap.String(LogEvent, "cancel_requested"),
+		zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))
+	if cancelled {
 		// Cancelled while queued: terminal now, without Process.
 		e.metrics.finished(&rec)
 		if f := e.cfg.OnFinished; f != nil {
 			f(rec.Clone())
 		}
 	}
-	return rec, err
+	return rec, nil
 }
 
 // marker batches outbox marks: IDs the queue acknowledged are written to

@@ -192,7 +192,7 @@ func (g *GitHubClients) Installation(id int64) (*github.Client, error) {
 	return c, nil
 }
 
-// identity returns the App's ID and slug: what the comments it posts are
+// identity returns the App's slug: what the comments it posts are
 // attributed to (the bot account "<slug>[bot]"). The slug is asked of
 // GitHub (GET /app, as the App) the first time and remembered.
 func (g *GitHubClients) identity(ctx context.Context) (appIdentity, error) {
@@ -211,7 +211,7 @@ func (g *GitHubClients) identity(ctx context.Context) (appIdentity, error) {
 		g.slug = slug
 		g.mu.Unlock()
 	}
-	return appIdentity{ID: g.appID, Slug: slug}, nil
+	return appIdentity{Slug: slug}, nil
 }
 
 // Timeout is the bound the executor puts on each call.

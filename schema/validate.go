@@ -3,7 +3,6 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"unicode"
 	"unicode/utf8"
 )
@@ -57,8 +56,6 @@ func (s *Submission) Validate() error {
 // ValidateActor checks an actor name: 1–128 printable characters.
 func ValidateActor(actor string) error { return validText(actor, "actor", 1, MaxActorChars) }
 
-var hexID = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // ValidOperationID reports whether id can be an operation ID: 64
 // lower-case hex characters (a SHA-256).
 func ValidOperationID(id string) bool {
@@ -81,7 +78,7 @@ func (r *Record) Validate() error {
 	if !ValidOperationID(r.OperationID) {
 		return Invalidf("operationId must be 64 lower-case hex characters")
 	}
-	if !hexID.MatchString(r.IdempotencyHash) {
+	if !ValidOperationID(r.IdempotencyHash) { // a SHA-256 in hex, as an operation ID
 		return Invalidf("idempotencyHash must be 64 lower-case hex characters")
 	}
 	if err := validText(r.IdempotencyKey, "idempotencyKey", 1, MaxIdempotencyKeyChars); err != nil {
