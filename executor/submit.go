@@ -17,7 +17,10 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 	if err := schema.ValidateActor(actor); err != nil {
 		return nil, err
 	}
-	if err := s.Validate(); err != nil {
+	// The payload as decoded, so that a field left out and the same field
+	// given empty or null make one request, not an idempotency conflict.
+	payload, err := s.ValidateCanonical()
+	if err != nil {
 		return nil, err
 	}
 	res, _, err := schema.CanonicalResource(s.Resource)
@@ -25,12 +28,6 @@ func NewRecord(actor string, s schema.Submission, now time.Time) (*schema.Record
 		return nil, err
 	}
 	s.Resource = res
-	// The payload as decoded, so that a field left out and the same field
-	// given empty or null make one request, not an idempotency conflict.
-	payload, err := schema.CanonicalPayload(s.Action, s.Payload)
-	if err != nil {
-		return nil, err
-	}
 	id, err := OperationID(actor, s.IdempotencyKey)
 	if err != nil {
 		return nil, err

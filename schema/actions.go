@@ -267,15 +267,3 @@ func decodeLegacyPayload(action string, raw json.RawMessage) (p payload, decoded
 	}
 	return p, true
 }
-
-// CanonicalPayload decodes raw as action's payload (DecodePayload) and
-// returns the canonical JSON of what was decoded, not of raw: an optional
-// field given as null, as its zero value ("" or false) or left out is
-// one and the same request, and must hash and be stored as one.
-func CanonicalPayload(action string, raw json.RawMessage) ([]byte, error) {
-	p, err := DecodePayload(action, raw)
-	if err != nil {
-		return nil, err
-	}
-	return CanonicalOf(p)
-}

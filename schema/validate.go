@@ -32,25 +32,44 @@ type Submission struct {
 // Validate checks every field of s and returns the first problem as an
 // invalid_request (or payload_too_large) *Error.
 func (s *Submission) Validate() error {
+	_, err := s.validate()
+	return err
+}
+
+// ValidateCanonical is Validate, and returns the canonical JSON of the
+// payload as decoded, not as sent: an optional field given as null, as
+// its zero value ("" or false) or left out is one request (CanonicalOf),
+// not an idempotency conflict. The payload is decoded once for both.
+func (s *Submission) ValidateCanonical() ([]byte, error) {
+	p, err := s.validate()
+	if err != nil {
+		return nil, err
+	}
+	return CanonicalOf(p)
+}
+
+// validate checks s and returns its payload, decoded strictly.
+func (s *Submission) validate() (any, error) {
 	if err := validText(s.IdempotencyKey, "idempotencyKey", 1, MaxIdempotencyKeyChars); err != nil {
-		return err
+		return nil, err
 	}
 	if err := validActionResource(s.Action, s.Resource); err != nil {
-		return err
+		return nil, err
 	}
-	if err := validPayload(s.Action, s.Payload); err != nil {
-		return err
+	p, err := validPayload(s.Action, s.Payload)
+	if err != nil {
+		return nil, err
 	}
 	if err := validText(s.CorrelationID, "correlationId", 0, MaxCorrelationIDChars); err != nil {
-		return err
+		return nil, err
 	}
 	if s.InstallationID < 0 {
-		return Invalidf("installationId must be positive")
+		return nil, Invalidf("installationId must be positive")
 	}
 	if s.MaxAttempts != 0 && (s.MaxAttempts < 1 || s.MaxAttempts > MaxMaxAttempts) {
-		return Invalidf("maxAttempts must be between 1 and %d", MaxMaxAttempts)
+		return nil, Invalidf("maxAttempts must be between 1 and %d", MaxMaxAttempts)
 	}
-	return nil
+	return p, nil
 }
 
 // ValidateActor checks an actor name: 1–128 printable characters.
@@ -150,13 +169,11 @@ func validActionResource(action string, res Resource) error {
 	return err
 }
 
-func validPayload(action string, raw json.RawMessage) error {
+func validPayload(action string, raw json.RawMessage) (any, error) {
 	if len(raw) > MaxPayloadBytes {
-		return &Error{Code: CodePayloadTooLarge, Message: "payload is larger than 256 KiB"}
+		return nil, &Error{Code: CodePayloadTooLarge, Message: "payload is larger than 256 KiB"}
 	}
-	_, err := DecodePayload(action, raw) // a JSON object, decoded strictly
-
-	return err
+	return DecodePayload(action, raw) // a JSON object, decoded strictly
 }
 
 // validStoredPayload is validPayload for the payload of a stored record,
