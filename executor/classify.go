@@ -230,7 +230,9 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		c.Category = CategoryInstallationUnavailable
 	case s == http.StatusForbidden:
 		c.Category = CategoryForbidden
-	case s == http.StatusNotFound:
+	case s == http.StatusNotFound || s == http.StatusGone:
+		// 410: GitHub's answer for an issue that was deleted. Either way
+		// the thing is not there, and asking again will not bring it back.
 		c.Category = CategoryNotFound
 	case s == http.StatusConflict:
 		c.Category = CategoryConflict

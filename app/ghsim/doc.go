@@ -22,7 +22,8 @@
 // sha check — 409 — and its mergeability and required-checks refusals —
 // 405 —, update-branch with expected_head_sha — 422 —, is-merged); issues,
 // issue comments (with per_page/page pagination and Link headers) and labels
-// (pull requests are issues too: one number space per repository); git refs
+// (pull requests are issues too: one number space per repository; a
+// deleted issue answers 410 Gone); git refs
 // (get, create, update with fast-forward checks on a commit graph — 422
 // "Update is not a fast forward" —, delete); commit statuses (create,
 // combined, list), check runs and suites, branch protection's required
@@ -74,7 +75,7 @@
 // Tests shape "GitHub" through the Go API (AddRepo, AddPull, AddIssue,
 // AddLabel, AddComment, PushPull, ClosePull, SetRef, AddCommit, SetStatus,
 // AddCheckRun, CompleteCheckRun, SetRequiredChecks, SetPermission,
-// SuspendInstallation, DeleteInstallation, …) and inspect it (Pull, Issue,
+// DeleteIssue, SuspendInstallation, DeleteInstallation, …) and inspect it (Pull, Issue,
 // Ref, Effects, Deliveries). Scripts use the same operations over the admin
 // API under /_ghsim/, which has no authentication: the simulator listens on
 // loopback addresses only and answers admin requests from loopback only.

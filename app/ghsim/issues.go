@@ -28,6 +28,9 @@ type issue struct {
 	labels    []*label
 	comments  []*comment
 	pr        *pull
+	// deleted is set by DeleteIssue: GitHub answers 410 Gone for the
+	// issue and everything under it.
+	deleted bool
 }
 
 type label struct {
@@ -122,6 +125,30 @@ func (s *Sim) AddIssue(owner, name string, in NewIssue) (int, error) {
 	r.issues[n] = is
 	s.emitIssueLocked(r, is, "opened", who, nil)
 	return n, nil
+}
+
+// DeleteIssue deletes issue n of owner/repo as a repository admin would
+// (pull requests cannot be deleted), emitting issues "deleted". Afterwards
+// GitHub answers 410 Gone ("This issue was deleted") to reading it, its
+// comments or labels, and to commenting or labelling it.
+func (s *Sim) DeleteIssue(owner, name string, n int, sender string) error {
+	r, err := s.lookupRepo(owner, name)
+	if err != nil {
+		return err
+	}
+	who := s.sender(sender)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	is, ok := r.issues[n]
+	switch {
+	case !ok || is.deleted:
+		return fmt.Errorf("ghsim: %s#%d: %w", r.fullName, n, ErrNotFound)
+	case is.pr != nil:
+		return fmt.Errorf("ghsim: %s#%d is a pull request, which cannot be deleted: %w", r.fullName, n, ErrInvalid)
+	}
+	is.deleted = true
+	s.emitIssueLocked(r, is, "deleted", who, nil)
+	return nil
 }
 
 // Issue returns the state of issue (or pull request) n of owner/repo.
@@ -297,11 +324,24 @@ func (c *call) issueOf() (*issue, bool) {
 	return is, ok
 }
 
+// missingIssue is the answer for an issue issueOf did not find (404) or
+// found deleted (410, as GitHub answers for a deleted issue); stop is
+// false when the issue is there.
+func missingIssue(is *issue, ok bool) (resp response, stop bool) {
+	switch {
+	case !ok:
+		return notFound(), true
+	case is.deleted:
+		return errResponse(http.StatusGone, "This issue was deleted", docsRoot), true
+	}
+	return response{}, false
+}
+
 func (s *Sim) getIssue(c *call) response {
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	return response{status: http.StatusOK, body: s.renderIssue(c.repo, is)}
 }
@@ -309,8 +349,8 @@ func (s *Sim) getIssue(c *call) response {
 func (s *Sim) listComments(c *call) response {
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	all := is.comments
 	if since := c.r.URL.Query().Get("since"); since != "" {
@@ -343,8 +383,8 @@ func (s *Sim) createComment(c *call) response {
 	}
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	cm := s.addCommentLocked(c.repo, is, req.Body, c.sender(), c.app)
 	c.applied("issue:"+c.repo.fullName+"#"+strconv.Itoa(is.number), http.StatusCreated)
@@ -355,8 +395,8 @@ func (s *Sim) createComment(c *call) response {
 func (s *Sim) listLabels(c *call) response {
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	lo, hi, h := c.paginate(len(is.labels))
 	out := make([]any, 0, hi-lo)
@@ -410,8 +450,8 @@ func (s *Sim) addLabels(c *call) response {
 	}
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	s.addLabelsLocked(c.repo, is, names, c.sender())
 	c.applied("issue:"+c.repo.fullName+"#"+strconv.Itoa(is.number), http.StatusOK)
@@ -426,8 +466,8 @@ func (s *Sim) removeLabel(c *call) response {
 	nm := c.r.PathValue("name")
 	is, ok := c.issueOf()
 	defer c.repo.mu.Unlock()
-	if !ok {
-		return notFound()
+	if resp, stop := missingIssue(is, ok); stop {
+		return resp
 	}
 	if !s.removeLabelLocked(c.repo, is, nm, c.sender()) {
 		return errResponse(http.StatusNotFound, "Label does not exist", docsRoot)
