@@ -87,7 +87,9 @@
 // one. The merge's outcome comes back through OnOperationFinished (and the
 // pull_request closed webhook): merged, the entry leaves and the next head
 // may merge; failed because GitHub, or the way to it, failed (server
-// errors, the network, rate limits), a new try is submitted (key suffix
+// errors, the network, rate limits, an installation suspended while the
+// merge ran: its outcome is applied once GitHub answers for the
+// installation again), a new try is submitted (key suffix
 // ":<try>"), up to three, before the pull request bounces saying GitHub
 // kept failing; refused, the pull request bounces; cancelled, it bounces
 // unless its label is gone (it leaves). Either way not if its head moved

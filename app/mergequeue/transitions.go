@@ -571,7 +571,7 @@ func (r *run) settle() error {
 
 // mergeTries bounds the merge operations of one join at one head: a try
 // whose attempts ran out on failures GitHub may not repeat (server errors,
-// the network, rate limits) is followed by another, up to mergeTries; then
+// the network, rate limits, a suspended installation) is followed by another, up to mergeTries; then
 // the pull request bounces.
 const mergeTries = 3
 
@@ -585,6 +585,11 @@ var transientCategories = map[string]bool{
 	executor.CategorySecondaryRateLimit: true,
 	executor.CategoryPrimaryRateLimit:   true,
 	executor.CategoryCancelled:          true, // a request cut short (baton stopping), not the operation cancelled
+	// The installation was suspended (or GitHub refused its token) when
+	// the merge ran. mergeFailed reads the pull request first, which fails
+	// while GitHub still refuses the installation: the outcome waits for
+	// the installation to answer again, then the merge is tried again.
+	executor.CategoryInstallationUnavailable: true,
 }
 
 // failureCategory is the error category a failed operation ended on.
