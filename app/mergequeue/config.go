@@ -96,7 +96,8 @@ type Config struct {
 	Installations InstallationResolver
 	// Repositories lists repositories ReconcileAll visits besides those the
 	// queue has state for, so that a queue whose state was lost is
-	// re-derived from GitHub. Optional.
+	// re-derived from GitHub; a repository listed is reconciled as the
+	// installation listed with it, whatever the state says. Optional.
 	Repositories func(ctx context.Context) ([]Repository, error)
 
 	// Label is the label that puts a pull request in the queue. Defaults

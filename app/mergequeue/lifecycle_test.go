@@ -2,6 +2,10 @@ package mergequeue_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,4 +72,121 @@ func TestMergeFailedWhileSuspendedIsTriedAgain(t *testing.T) {
 	waitFor(t, 15*time.Second, "#1 merged by the queue", func() bool {
 		return s.pull(t, repo, 1).Merged && len(auditOf(s.audit(t, repo), mergequeue.AuditMerge)) == 1
 	})
+}
+
+// A repository whose App was uninstalled and installed again (a new
+// installation ID; a transfer does the same) is reconciled as the
+// installation that has it now: the queue's state still names the old
+// installation, which GitHub no longer knows, and a reconcile as that one
+// failed on every pass until an event of the repository came.
+func TestReconcileAllFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var sim atomic.Pointer[ghsim.Sim]
+	s := newStack(t, stackOptions{mq: func(c *mergequeue.Config) {
+		// As the server lists them: the repositories of the installations
+		// in force.
+		c.Repositories = func(context.Context) ([]mergequeue.Repository, error) {
+			var out []mergequeue.Repository
+			for _, in := range sim.Load().Installations() {
+				for _, r := range in.Repositories {
+					if !in.Suspended {
+						out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: r})
+					}
+				}
+			}
+			return out, nil
+		}
+	}})
+	sim.Store(s.sim)
+	const repo = "reinstalled"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	// No more webhooks: an event would carry the new installation.
+	s.sim.SetWebhook("", "")
+	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
+		t.Fatal(err)
+	}
+	const reinstalled = 2
+	if _, err := s.sim.AddRepo("octo", repo, reinstalled); err != nil {
+		t.Fatal(err)
+	}
+	head := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 merged after a reconcile as the new installation", func() bool {
+		reports, err := s.q.ReconcileAll(ctx)
+		if err != nil {
+			t.Fatalf("ReconcileAll: %v", err)
+		}
+		for _, r := range reports {
+			if !r.Skipped && r.InstallationID != reinstalled {
+				t.Fatalf("reconciled as installation %d: %+v", r.InstallationID, r)
+			}
+		}
+		return s.pull(t, repo, 1).Merged
+	})
+}
+
+// simInstallations answers InstallationOf from the simulator, as the
+// installations registry does from GitHub's webhooks: the installation
+// that has the repository now, forbidden when none does.
+type simInstallations struct{ sim *atomic.Pointer[ghsim.Sim] }
+
+func (r simInstallations) InstallationOf(_ context.Context, owner, repo string) (int64, error) {
+	for _, in := range r.sim.Load().Installations() {
+		for _, full := range in.Repositories {
+			if strings.EqualFold(full, owner+"/"+repo) {
+				if in.Suspended {
+					return 0, schema.Errorf(schema.CodeForbidden, "installation %d is suspended", in.ID)
+				}
+				return in.ID, nil
+			}
+		}
+	}
+	return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s/%s", owner, repo)
+}
+
+// POST …/queue/reconcile of a repository whose App was installed again
+// reconciles it as the new installation; one that no installation has any
+// more is a clear 403, not a 500 from GitHub refusing the old one.
+func TestReconcileRouteFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
+	t.Parallel()
+	var sim atomic.Pointer[ghsim.Sim]
+	s := newStack(t, stackOptions{noWebhooks: true, mq: func(c *mergequeue.Config) {
+		c.Installations = simInstallations{&sim}
+	}})
+	sim.Store(s.sim)
+	const repo = "reinstalled-api"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.q.HandleEvent(context.Background(), labelEvent(repo, 1, "labeled", "reinstalled-1")); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
+	t.Cleanup(srv.Close)
+	path := "/v1/repos/octo/" + repo + "/queue/reconcile"
+
+	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
+		t.Fatal(err)
+	}
+	if a := call(t, srv, "POST", path, "good"); a.status != http.StatusForbidden || errorCode(a) != "forbidden" ||
+		!strings.Contains(a.raw, "not installed") {
+		t.Errorf("reconcile, uninstalled: %d %s", a.status, a.raw)
+	}
+	const reinstalled = 2
+	if _, err := s.sim.AddRepo("octo", repo, reinstalled); err != nil {
+		t.Fatal(err)
+	}
+	a := call(t, srv, "POST", path, "good")
+	if a.status != http.StatusOK || a.body["installationId"] != float64(reinstalled) || a.body["entries"] != float64(1) {
+		t.Errorf("reconcile, installed again: %d %s", a.status, a.raw)
+	}
 }

@@ -138,17 +138,18 @@ func (q *Queue) AuditLog(ctx context.Context, owner, repo string) ([]AuditRecord
 }
 
 // installationOf says which installation a repository's queue belongs to:
-// the state's, or Config.Installations'.
+// Config.Installations', which knows the installation that has it now
+// (the state's may be one GitHub no longer knows: the App installed
+// again, the repository transferred), and its refusal (forbidden: not
+// installed, suspended) when it has none; without Config.Installations,
+// the state's.
 func (q *Queue) installationOf(ctx context.Context, owner, repo string) (int64, error) {
+	if q.cfg.Installations != nil {
+		return q.cfg.Installations.InstallationOf(ctx, owner, repo)
+	}
 	st, _, err := loadRepoRow(ctx, q.cfg.DB, nameKey(owner, repo))
 	if err != nil {
 		return 0, err
 	}
-	if st.id != 0 {
-		return st.inst, nil
-	}
-	if q.cfg.Installations == nil {
-		return 0, nil
-	}
-	return q.cfg.Installations.InstallationOf(ctx, owner, repo)
+	return st.inst, nil
 }

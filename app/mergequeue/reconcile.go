@@ -302,21 +302,28 @@ func (r *run) openPulls() (map[int]*github.PullRequest, error) {
 
 // ReconcileAll reconciles every repository the queue has state for, and
 // those Config.Repositories lists (a repository without state and without
-// labeled pull requests is left without state), a few at a time. A
+// labeled pull requests is left without state), a few at a time; a
+// repository listed is reconciled as the installation listed with it. A
 // repository whose lease is held is skipped (its report says so). It
 // returns the reports, sorted by repository, and the errors joined.
 func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
-	known, err := knownRepos(ctx, q.cfg.DB)
+	state, err := knownRepos(ctx, q.cfg.DB)
 	if err != nil {
 		return nil, err
 	}
+	// The installations' repositories come first: a repository is
+	// reconciled as the installation that has it now, not the one the
+	// state names, which GitHub may no longer know (the App uninstalled
+	// and installed again, the repository transferred).
+	var known []Repository
 	if q.cfg.Repositories != nil {
 		more, err := q.cfg.Repositories(ctx)
 		if err != nil {
 			q.log.Warn("listing the repositories to reconcile failed; reconciling those with state", zap.String(logEvent, "mergequeue.list_failed"), zap.Error(err))
 		}
-		known = append(known, more...)
+		known = more
 	}
+	known = append(known, state...)
 	seen := map[string]bool{}
 	var (
 		mu      sync.Mutex
