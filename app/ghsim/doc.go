@@ -13,7 +13,8 @@
 // ("ghs_…", one hour by default, narrowed by repositories and permissions
 // if asked). Every REST call checks its token: expired or unknown is 401, a
 // repository outside the token's installation is 404, a missing permission
-// 403, a suspended installation 403.
+// 403, a suspended installation 403, a write to an archived repository
+// 403.
 //
 // REST routes (also under /api/v3, as GitHub Enterprise Server has them):
 // GET /app, /app/installations[/{id}], /installation/repositories,
@@ -75,7 +76,7 @@
 // Tests shape "GitHub" through the Go API (AddRepo, AddPull, AddIssue,
 // AddLabel, AddComment, PushPull, ClosePull, SetRef, AddCommit, SetStatus,
 // AddCheckRun, CompleteCheckRun, SetRequiredChecks, SetPermission,
-// DeleteIssue, SuspendInstallation, DeleteInstallation, …) and inspect it (Pull, Issue,
+// DeleteIssue, ArchiveRepo, SuspendInstallation, DeleteInstallation, …) and inspect it (Pull, Issue,
 // Ref, Effects, Deliveries). Scripts use the same operations over the admin
 // API under /_ghsim/, which has no authentication: the simulator listens on
 // loopback addresses only and answers admin requests from loopback only.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,10 @@ type repo struct {
 	// installationID is guarded by Sim.mu: repositories move between
 	// installations.
 	installationID int64
+
+	// archived is set by ArchiveRepo: GitHub refuses every write to the
+	// repository with 403 until it is unarchived.
+	archived atomic.Bool
 
 	mu            sync.Mutex
 	nextNumber    int
@@ -163,6 +168,32 @@ func (s *Sim) addRepo(owner, name string, installationID int64) (Repo, repoAdded
 		added = repoMoved
 	}
 	return r.describe(installationID), added, nil
+}
+
+// ArchiveRepo archives (or, with archived false, unarchives) owner/name as
+// an owner would, emitting repository "archived" or "unarchived". While
+// archived, every write to it through the REST API (comments, labels,
+// merges, refs, statuses…) is refused with GitHub's 403 "Repository was
+// archived so is read-only."; reads answer as before. (The repository
+// representation keeps "archived": false: nothing baton does reads it.)
+func (s *Sim) ArchiveRepo(owner, name string, archived bool, sender string) error {
+	r, err := s.lookupRepo(owner, name)
+	if err != nil {
+		return err
+	}
+	who := s.sender(sender)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.archived.Load() == archived {
+		return nil
+	}
+	r.archived.Store(archived)
+	action := "unarchived"
+	if archived {
+		action = "archived"
+	}
+	s.emitRepoLocked(r, "repository", action, who, nil)
+	return nil
 }
 
 // RemoveRepo takes owner/name out of its installation (the App loses access

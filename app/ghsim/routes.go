@@ -121,7 +121,8 @@ func (s *Sim) routes() http.Handler {
 }
 
 // serve runs one REST request: authentication, the primary rate limit,
-// repository access, permissions, injected faults, the secondary rate limit,
+// repository access, permissions, an archived repository's refusal of
+// writes, injected faults, the secondary rate limit,
 // then the handler.
 func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
 	c := &call{s: s, w: w, r: r, rt: rt, path: r.URL.Path, requestID: w.Header().Get("X-GitHub-Request-Id"), started: s.now()}
@@ -146,6 +147,10 @@ func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	if resp, ok := s.checkPermissions(c); !ok {
 		s.write(c, resp)
+		return
+	}
+	if c.repo != nil && c.repo.archived.Load() && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.write(c, errResponse(http.StatusForbidden, "Repository was archived so is read-only.", docsRoot))
 		return
 	}
 
