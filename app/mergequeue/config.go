@@ -91,8 +91,10 @@ type Config struct {
 	// requests, check runs, statuses, branch protection, permissions
 	// (executor.GitHubClients.Installation). Required.
 	GitHub func(installationID int64) (*github.Client, error)
-	// Installations resolves a repository the queue has no state for
-	// (POST …/queue/reconcile on a repository never seen). Optional.
+	// Installations says which installation has a repository now: POST
+	// …/queue/reconcile and ReconcileAll work as that one rather than the
+	// one the queue's state names (which GitHub may no longer know), and
+	// ReconcileAll leaves alone a repository none in force has. Optional.
 	Installations InstallationResolver
 	// Repositories lists repositories ReconcileAll visits besides those the
 	// queue has state for, so that a queue whose state was lost is

@@ -190,3 +190,45 @@ func TestReconcileRouteFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
 		t.Errorf("reconcile, installed again: %d %s", a.status, a.raw)
 	}
 }
+
+// A repository with a queue whose installation was removed is left alone
+// by the periodic reconcile, which failed on it on every pass (GitHub
+// refuses the installation): its queue waits, as it is, for the App to be
+// installed again.
+func TestReconcileAllLeavesAnUninstalledRepositoryAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var sim atomic.Pointer[ghsim.Sim]
+	s := newStack(t, stackOptions{mq: func(c *mergequeue.Config) {
+		c.Installations = simInstallations{&sim}
+		c.Repositories = func(context.Context) ([]mergequeue.Repository, error) {
+			var out []mergequeue.Repository
+			for _, in := range sim.Load().Installations() {
+				for _, r := range in.Repositories {
+					if !in.Suspended {
+						out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: r})
+					}
+				}
+			}
+			return out, nil
+		}
+	}})
+	sim.Store(s.sim)
+	const repo = "uninstalled"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	s.sim.SetWebhook("", "")
+	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := s.q.ReconcileAll(ctx)
+	if err != nil || len(reports) != 0 {
+		t.Fatalf("ReconcileAll: %+v, %v", reports, err)
+	}
+	if _, ok := s.entryOf(t, repo, 1); !ok {
+		t.Error("#1 left the queue")
+	}
+}

@@ -303,7 +303,10 @@ func (r *run) openPulls() (map[int]*github.PullRequest, error) {
 // ReconcileAll reconciles every repository the queue has state for, and
 // those Config.Repositories lists (a repository without state and without
 // labeled pull requests is left without state), a few at a time; a
-// repository listed is reconciled as the installation listed with it. A
+// repository listed is reconciled as the installation listed with it, one
+// known from the state only as the one Config.Installations names, and
+// not at all when that says none in force has it (uninstalled, removed,
+// transferred away, suspended: GitHub would refuse). A
 // repository whose lease is held is skipped (its report says so). It
 // returns the reports, sorted by repository, and the errors joined.
 func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
@@ -323,6 +326,7 @@ func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
 		}
 		known = more
 	}
+	listed := len(known)
 	known = append(known, state...)
 	seen := map[string]bool{}
 	var (
@@ -332,12 +336,28 @@ func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, q.cfg.ReconcileConcurrency)
 	)
-	for _, repo := range known {
+	for i, repo := range known {
 		owner, name, ok := splitFullName(repo.FullName)
 		if !ok || repo.InstallationID <= 0 || seen[nameKey(owner, name)] {
 			continue
 		}
 		seen[nameKey(owner, name)] = true
+		if i >= listed && q.cfg.Installations != nil {
+			// Known from the state only: ask which installation has it
+			// now. None (the App uninstalled, the repository removed from
+			// it or transferred away) or a suspended one: GitHub would
+			// refuse every call, on every pass, so the queue is left as it
+			// is until an installation has the repository again.
+			inst, err := q.cfg.Installations.InstallationOf(ctx, owner, name)
+			switch {
+			case err == nil:
+				repo.InstallationID = inst
+			case schema.ErrorCode(err) == schema.CodeForbidden || schema.ErrorCode(err) == schema.CodeNotFound:
+				q.log.Debug("reconcile skipped: no installation in force has the repository", zap.String(logEvent, "mergequeue.reconcile_skipped"),
+					zap.String(logRepository, repo.FullName), zap.Int64(logInstallation, repo.InstallationID), zap.Error(err))
+				continue
+			}
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
