@@ -220,8 +220,11 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 
 // handleRepositoryEvent follows a repository of a known installation:
 // created (in an installation that grants every repository), deleted,
-// renamed, or transferred away (its new owner's installation, if any,
-// reports it through its own events or the resync).
+// renamed, or transferred in. GitHub sends repository.transferred only to
+// the installation of the account the repository moved to, with the
+// repository under its new name: it joins that installation, and leaves
+// whichever one had it under its old name (the repository's ID does not
+// change).
 func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, p installationPayload) error {
 	if p.Repository == nil || !validRepoName(p.Repository.FullName) {
 		return Permanent(errors.New("repository event without a repository"))
@@ -230,8 +233,8 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	repo := installationRepo{id: p.Repository.ID, fullName: p.Repository.FullName}
 	var old []installationRepo
 	switch p.Action {
-	case "created":
-	case "deleted", "transferred":
+	case "created", "transferred":
+	case "deleted":
 		old = append(old, repo)
 	case "renamed":
 		if c := p.Changes; c != nil && c.Repository != nil && c.Repository.Name != nil && c.Repository.Name.From != "" {
@@ -257,10 +260,17 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 				return err
 			}
 		}
+		if p.Action == "transferred" && repo.id != 0 {
+			// Its old name, in whichever installation had it.
+			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`,
+				repo.id, strings.ToLower(repo.fullName)); err != nil {
+				return err
+			}
+		}
 		if err := removeReposTx(tx, id, old, now); err != nil {
 			return err
 		}
-		if p.Action == "created" || p.Action == "renamed" {
+		if p.Action == "created" || p.Action == "renamed" || p.Action == "transferred" {
 			_, err := addReposTx(tx, id, []installationRepo{repo}, now)
 			return err
 		}

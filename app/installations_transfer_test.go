@@ -1,0 +1,57 @@
+package app
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// repository.transferred is sent to the installation of the account the
+// repository moved to (only there: GitHub does not tell the old one), with
+// the repository under its new name. The registry then has it in that
+// installation, and no longer under its old name.
+func TestInstallationsFollowATransferredRepository(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	post := func(id, action, owner, name string, installation float64, changes map[string]any) {
+		t.Helper()
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = owner+"/"+name, name, float64(9101)
+		repo["owner"] = map[string]any{"login": owner, "id": 9200 + installation, "type": "Organization"}
+		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
+		if changes != nil {
+			p["changes"] = changes
+		}
+		body, _ := json.Marshal(p)
+		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", id, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+	}
+	post("t-1", "created", "octo", "moving", 1, nil)
+	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 1, "")
+	post("t-2", "transferred", "acme", "moving", 2, map[string]any{"owner": map[string]any{"from": map[string]any{
+		"organization": map[string]any{"login": "octo", "id": 9201}}}})
+	wantInstallationOf(t, ctx, e.inst, "acme", "moving", 2, "")
+	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 0, "baton is not installed on octo/moving")
+	if rec, _ := e.ledger.Get(ctx, "t-2"); rec.State != DeliveryHandled {
+		t.Errorf("t-2: %+v", rec)
+	}
+}
