@@ -74,10 +74,11 @@
 //	client, _ := github.NewClient(&http.Client{Transport: itr}).WithEnterpriseURLs(sim.URL(), sim.URL())
 //
 // Tests shape "GitHub" through the Go API (AddRepo, AddPull, AddIssue,
-// AddLabel, AddComment, PushPull, ClosePull, SetRef, AddCommit, SetStatus,
-// AddCheckRun, CompleteCheckRun, SetRequiredChecks, SetPermission,
-// DeleteIssue, ArchiveRepo, SuspendInstallation, DeleteInstallation, …) and inspect it (Pull, Issue,
-// Ref, Effects, Deliveries). Scripts use the same operations over the admin
+// AddLabel, AddComment, PushPull, ClosePull, SetPullBase, SetRef,
+// AddCommit, SetStatus, AddCheckRun, CompleteCheckRun, SetRequiredChecks,
+// SetPermission, DeleteIssue, ArchiveRepo, SuspendInstallation,
+// DeleteInstallation, …) and inspect it (Pull, Issue, Ref, Effects,
+// Deliveries). Scripts use the same operations over the admin
 // API under /_ghsim/, which has no authentication: the simulator listens on
 // loopback addresses only and answers admin requests from loopback only.
 // Actions taken through the Go or admin API are those of people (the

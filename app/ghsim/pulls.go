@@ -183,6 +183,33 @@ func (s *Sim) ClosePull(owner, name string, n int, closed bool, sender string) e
 	})
 }
 
+// SetPullBase changes the base branch of open pull request n as a person
+// would (sender, default "monalisa"), emitting pull_request "edited" with
+// changes.base (the old ref and sha), as GitHub does; GitHub does the same
+// itself when the base branch of a pull request is deleted after its own
+// pull request merged (the stacked one moves to that one's base). The
+// branch must exist.
+func (s *Sim) SetPullBase(owner, name string, n int, base, sender string) error {
+	who := s.sender(sender)
+	return s.withPull(owner, name, n, func(r *repo, is *issue) error {
+		if is.state != "open" {
+			return fmt.Errorf("ghsim: pull request %s#%d is closed: %w", r.fullName, n, ErrInvalid)
+		}
+		if _, ok := r.refs["heads/"+base]; !ok {
+			return fmt.Errorf("ghsim: branch %s of %s: %w", base, r.fullName, ErrNotFound)
+		}
+		if is.pr.base == base {
+			return nil
+		}
+		from, fromSha := is.pr.base, r.baseShaLocked(is)
+		is.pr.base, is.updatedAt = base, s.now()
+		s.emitPullLocked(r, is, "edited", who, map[string]any{"changes": map[string]any{
+			"base": map[string]any{"ref": map[string]any{"from": from}, "sha": map[string]any{"from": fromSha}},
+		}})
+		return nil
+	})
+}
+
 func (s *Sim) withPull(owner, name string, n int, f func(*repo, *issue) error) error {
 	r, err := s.lookupRepo(owner, name)
 	if err != nil {

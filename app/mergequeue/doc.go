@@ -67,7 +67,10 @@
 // someone without write permission does not join (its label is removed,
 // or a reconcile would queue it from the label). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
-// happens). A pull request that leaves, or whose head moves, while its
+// happens). A pull request whose base branch is changed (pull_request
+// edited with changes.base, or found by a reconcile) bounces: it was
+// queued, and its gate read, for the branch it targeted then, and its
+// author may retarget it. A pull request that leaves, or whose head moves, while its
 // merge operation is submitted but not finished has that operation
 // cancelled (Operations.Cancel) in the same run, before the change is
 // committed, so that a crash leaves at worst the entry in the queue with

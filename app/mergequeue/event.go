@@ -72,6 +72,11 @@ type payload struct {
 		Body string      `json:"body"`
 		User userPayload `json:"user"`
 	} `json:"comment"`
+	// Changes says what an edit changed; the queue looks at the base
+	// (pull_request edited: the pull request was retargeted).
+	Changes *struct {
+		Base json.RawMessage `json:"base"`
+	} `json:"changes"`
 	Sender   userPayload `json:"sender"`
 	CheckRun *struct {
 		HeadSHA string `json:"head_sha"`
@@ -121,6 +126,7 @@ const (
 	intentClosed                           // the pull request was closed (merged or not)
 	intentReevaluate                       // new commits
 	intentGate                             // a check or status completed on a head
+	intentRetarget                         // the base branch was changed
 )
 
 // intent is what the queue makes of one event.
@@ -189,6 +195,13 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 			return &intent{kind: intentLeave, pr: pr.Number}, nil
 		case "closed":
 			return &intent{kind: intentClosed, pr: pr.Number, merged: pr.Merged}, nil
+		case "edited":
+			// Only a new base concerns the queue (a title or body edit
+			// does not).
+			if p.Changes == nil || len(p.Changes.Base) == 0 || string(p.Changes.Base) == "null" {
+				return nil, nil
+			}
+			return &intent{kind: intentRetarget, pr: pr.Number}, nil
 		case "synchronize":
 			// Who pushed: someone without write permission takes the pull
 			// request out of the queue (reevaluate).

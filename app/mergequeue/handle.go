@@ -92,7 +92,7 @@ func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (b
 			if e.sha == in.sha && (e.status == StatusQueued || e.status == StatusEvaluating) {
 				return true, nil
 			}
-		case intentReevaluate:
+		case intentReevaluate, intentRetarget:
 			if e.pr == in.pr && e.status != StatusBounced {
 				return true, nil
 			}

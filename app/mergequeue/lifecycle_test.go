@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,5 +231,81 @@ func TestReconcileAllLeavesAnUninstalledRepositoryAlone(t *testing.T) {
 	}
 	if _, ok := s.entryOf(t, repo, 1); !ok {
 		t.Error("#1 left the queue")
+	}
+}
+
+// A pull request in the queue whose base branch is changed (its author, or
+// GitHub itself when the branch it was stacked on is deleted) bounces:
+// it was queued, and its gate read, for the other branch. It can be
+// queued again for the new one.
+func TestRetargetedPullRequestBounces(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "retargeted"
+	s.repo(t, repo, 1, []string{"ci"})
+	main, err := s.sim.Ref("octo", repo, "heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	// (The label's removal then clears the bounced entry.)
+	waitFor(t, 15*time.Second, "#1 bounced, saying why", func() bool {
+		b := auditOf(s.audit(t, repo), mergequeue.AuditBounce)
+		return len(b) == 1 && strings.Contains(b[0].Detail, "base branch was changed from main to release") &&
+			!slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	// Its checks pass: nothing is merged into the branch nobody queued it for.
+	head := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	// Queued again, for release: it merges there.
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 merged into release", func() bool { return s.pull(t, repo, 1).Merged })
+	if b := auditOf(s.audit(t, repo), mergequeue.AuditBounce); len(b) != 1 {
+		t.Errorf("bounces: %+v", b)
+	}
+}
+
+// A retargeting whose delivery never came is found by the reconcile.
+func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "retargeted-quietly"
+	s.repo(t, repo, 1, []string{"ci"})
+	main, err := s.sim.Ref("octo", repo, "heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "quiet-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.q.Reconcile(ctx, ghsim.DemoInstallationID, "octo", repo)
+	if err != nil || !slices.Equal(rep.Bounced, []int{1}) {
+		t.Fatalf("reconcile: %+v, %v", rep, err)
+	}
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.BaseRef != "release" || !strings.Contains(e.BounceReason, "from main to release") {
+		t.Errorf("entry: %+v", e)
 	}
 }

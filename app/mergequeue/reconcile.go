@@ -206,6 +206,11 @@ func (r *run) reconcile(rep *Report) error {
 			if err := r.moveTo(e, pr); err != nil {
 				return err
 			}
+		case e.base != "" && pr.GetBase().GetRef() != "" && pr.GetBase().GetRef() != e.base:
+			// Retargeted, its edited delivery missed.
+			if err := r.retargeted(e, pr); err != nil {
+				return err
+			}
 		default:
 			if b := pr.GetBase().GetRef(); b != "" && b != e.base {
 				e.base, e.dirty = b, true

@@ -55,6 +55,10 @@ func (r *run) apply(in *intent) error {
 		if err := r.reevaluate(in.pr, in.user); err != nil {
 			return err
 		}
+	case intentRetarget:
+		if err := r.retargetEvent(in.pr); err != nil {
+			return err
+		}
 	case intentGate:
 		for _, e := range r.active() {
 			if e.sha == in.sha {
@@ -397,6 +401,56 @@ func (r *run) reevaluate(n int, pusher string) error {
 	}
 	return r.moveTo(e, pr)
 }
+
+// retargetEvent applies a change of pull request n's base branch, as
+// GitHub has the pull request now (a late delivery whose change was undone
+// changes nothing).
+func (r *run) retargetEvent(n int) error {
+	e := r.find(n)
+	if e == nil || e.status == StatusBounced {
+		return nil
+	}
+	pr, err := r.getPull(n)
+	if err != nil {
+		return err
+	}
+	if pr == nil || pr.GetState() != "open" {
+		return nil // the closed event takes it out
+	}
+	return r.retargeted(e, pr)
+}
+
+// retargeted bounces e if its pull request pr now targets another base
+// branch than the one it joined for: putting a pull request in the queue
+// vouches for merging it into that branch, not into whichever branch it
+// is moved to afterwards (its author may retarget it), and the gate it
+// passed was that branch's. A merge submitted meanwhile is cancelled
+// first, as for new commits.
+func (r *run) retargeted(e *entry, pr *github.PullRequest) error {
+	base := pr.GetBase().GetRef()
+	if base == "" || e.base == "" || base == e.base {
+		return nil
+	}
+	fate, err := r.cancelMerge(e)
+	if err != nil {
+		return err
+	}
+	if fate == mergeDone {
+		return r.merged(e, "merged by baton before its base branch was changed")
+	}
+	old := e.base
+	if head := pr.GetHead().GetSHA(); head != "" && head != e.sha {
+		r.resetHead(e, head, base)
+	} else {
+		e.base, e.dirty = base, true
+	}
+	r.logInfo("pull request retargeted to another base branch", "mergequeue.retargeted", e.pr, fate.logFields(e)...)
+	return r.bounce(e, fmt.Sprintf("its base branch was changed from %s to %s%s", old, base, fate.detail()), retargetAdvice)
+}
+
+// retargetAdvice ends the comment of a pull request that bounced because
+// its base branch was changed.
+const retargetAdvice = "Someone with write permission can add the `%s` label again (or comment `/baton queue`) to queue it for its new base branch."
 
 // pushedByOther bounces e, whose pull request pr someone without write
 // permission pushed to, at pr's current head (checked even when the entry
