@@ -379,7 +379,7 @@ func (s *Sim) createToken(c *call) response {
 		}
 		for _, rid := range inst.repoIDs {
 			if repoIDs[rid] {
-				repos = append(repos, s.reposByID[rid].json)
+				repos = append(repos, s.reposByID[rid].repr())
 			}
 		}
 	}
@@ -421,7 +421,7 @@ func (s *Sim) listInstallationRepos(c *call) response {
 	var all []json.RawMessage
 	for _, rid := range c.inst.repoIDs {
 		if c.tok.reaches(rid) {
-			all = append(all, s.reposByID[rid].json)
+			all = append(all, s.reposByID[rid].repr())
 		}
 	}
 	selection := c.inst.repositorySelection

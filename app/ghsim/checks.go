@@ -278,7 +278,7 @@ func (s *Sim) renderCheckSuite(r *repo, cs *checkSuite) map[string]any {
 		"id": cs.id, "node_id": nodeID("CS_", cs.id), "head_branch": nilIfEmpty(cs.headBranch), "head_sha": cs.headSha,
 		"status": cs.status(), "conclusion": cs.conclusion(), "url": api + "/check-suites/" + id,
 		"before": before, "after": cs.headSha, "pull_requests": s.pullRefsLocked(r, cs.headSha), "app": cs.app.json,
-		"repository": r.json, "created_at": formatTime(cs.createdAt), "updated_at": formatTime(cs.updatedAt),
+		"repository": r.repr(), "created_at": formatTime(cs.createdAt), "updated_at": formatTime(cs.updatedAt),
 		"head_commit": s.renderHeadCommit(r, c), "latest_check_runs_count": len(cs.runs),
 		"check_runs_url": api + "/check-suites/" + id + "/check-runs", "rerequestable": true, "runs_rerequestable": false,
 	}

@@ -415,7 +415,7 @@ func (s *Sim) renderPull(r *repo, is *issue) map[string]any {
 		mergeSha = p.mergeCommitSha
 	}
 	branch := func(ref, sha string) map[string]any {
-		return map[string]any{"label": r.owner.login + ":" + ref, "ref": ref, "sha": sha, "user": r.owner.json, "repo": r.json}
+		return map[string]any{"label": r.owner.login + ":" + ref, "ref": ref, "sha": sha, "user": r.owner.json, "repo": r.repr()}
 	}
 	link := func(h string) map[string]any { return map[string]any{"href": h} }
 	return map[string]any{

@@ -29,8 +29,10 @@ type repo struct {
 	name      string
 	fullName  string
 	createdAt time.Time
-	json      json.RawMessage // its repository representation
-	minimal   json.RawMessage // a small form for installation payloads
+	json      json.RawMessage // its repository representation (see repr)
+	// archivedJSON is json with "archived": true, shown while archived.
+	archivedJSON json.RawMessage
+	minimal      json.RawMessage // a small form for installation payloads
 
 	// installationID is guarded by Sim.mu: repositories move between
 	// installations.
@@ -174,8 +176,9 @@ func (s *Sim) addRepo(owner, name string, installationID int64) (Repo, repoAdded
 // an owner would, emitting repository "archived" or "unarchived". While
 // archived, every write to it through the REST API (comments, labels,
 // merges, refs, statuses…) is refused with GitHub's 403 "Repository was
-// archived so is read-only."; reads answer as before. (The repository
-// representation keeps "archived": false: nothing baton does reads it.)
+// archived so is read-only."; reads answer as before, the repository
+// (in pull requests' base and head, payloads, GET /repos/{owner}/{repo})
+// saying "archived": true.
 func (s *Sim) ArchiveRepo(owner, name string, archived bool, sender string) error {
 	r, err := s.lookupRepo(owner, name)
 	if err != nil {
@@ -252,7 +255,10 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 		protection:     map[string]*protection{},
 		collaborators:  map[string]string{strings.ToLower(defaultSender): "write"},
 	}
-	r.json = mustJSON(s.renderRepo(r))
+	m := s.renderRepo(r)
+	r.json = mustJSON(m)
+	m["archived"] = true
+	r.archivedJSON = mustJSON(m)
 	r.minimal = mustJSON(map[string]any{
 		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName, "private": false,
 	})
@@ -261,6 +267,15 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 	s.repos[repoKey(owner, name)] = r
 	s.reposByID[r.id] = r
 	return r
+}
+
+// repr is the repository representation payloads and pull requests
+// carry: archived or not, as the repository is now.
+func (r *repo) repr() json.RawMessage {
+	if r.archived.Load() {
+		return r.archivedJSON
+	}
+	return r.json
 }
 
 // lookupRepo finds a repository by owner and name.
@@ -286,7 +301,7 @@ func (s *Sim) renderRepo(r *repo) map[string]any {
 		"forks": 0, "forks_count": 0, "stargazers_count": 0, "watchers": 0, "watchers_count": 0,
 		"open_issues": 0, "open_issues_count": 0, "size": 0, "default_branch": defaultBranch,
 		"has_issues": true, "has_projects": false, "has_wiki": false, "has_pages": false,
-		"has_downloads": false, "has_discussions": false, "archived": false, "disabled": false,
+		"has_downloads": false, "has_discussions": false, "archived": r.archived.Load(), "disabled": false,
 		"visibility": "public", "is_template": false, "topics": []string{},
 		"allow_forking": true, "web_commit_signoff_required": false,
 		"pushed_at": ts, "created_at": ts, "updated_at": ts,

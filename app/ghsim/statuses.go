@@ -278,7 +278,7 @@ func (s *Sim) combinedStatus(c *call) response {
 	}
 	return response{status: http.StatusOK, body: map[string]any{
 		"state": combined, "statuses": statuses, "sha": sha, "total_count": len(statuses),
-		"repository": r.json, "commit_url": s.url + "/repos/" + r.fullName + "/commits/" + sha,
+		"repository": r.repr(), "commit_url": s.url + "/repos/" + r.fullName + "/commits/" + sha,
 		"url": s.url + "/repos/" + r.fullName + "/commits/" + sha + "/status",
 	}}
 }

@@ -93,7 +93,7 @@ func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields
 		return
 	}
 	payload := map[string]any{
-		"repository":   r.json,
+		"repository":   r.repr(),
 		"sender":       sender.json,
 		"installation": map[string]any{"id": inst.id, "node_id": nodeID("MDIz", inst.id)},
 	}

@@ -309,3 +309,68 @@ func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
 		t.Errorf("entry: %+v", e)
 	}
 }
+
+// An archived repository refuses every change (403 "Repository was
+// archived so is read-only."): the reconcile leaves its queue as it is,
+// rather than ask again, on every pass, for the removal of a bounced pull
+// request's label, each time a new operation GitHub refuses. Unarchived,
+// the queue is repaired.
+func TestReconcileLeavesAnArchivedRepositoryAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "archived"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	if err := s.sim.ArchiveRepo("octo", repo, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	head := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	// Its merge is refused: it bounces, and the bounce's changes are
+	// refused too (the label stays).
+	unlabels := func() int {
+		recs, _, err := s.exec.List(ctx, executor.ListFilter{Action: schema.ActionRemoveLabel, ResourceType: schema.ResourceIssue,
+			ResourceID: "octo/" + repo + "#1", Limit: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if !r.Terminal() {
+				return -1
+			}
+		}
+		return len(recs)
+	}
+	waitFor(t, 15*time.Second, "#1 bounced, its label removal refused", func() bool {
+		return len(auditOf(s.audit(t, repo), mergequeue.AuditBounce)) == 1 && unlabels() >= 1
+	})
+	before := unlabels()
+	for range 3 {
+		waitFor(t, 15*time.Second, "a reconcile", func() bool {
+			rep, err := s.q.Reconcile(ctx, ghsim.DemoInstallationID, "octo", repo)
+			if err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			return !rep.Skipped
+		})
+	}
+	waitFor(t, 15*time.Second, "operations finished", func() bool { return unlabels() >= 0 })
+	if got := unlabels(); got != before {
+		t.Errorf("label removals: %d before the reconciles, %d after", before, got)
+	}
+	if err := s.sim.ArchiveRepo("octo", repo, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "label removed once unarchived", func() bool {
+		if _, err := s.q.Reconcile(ctx, ghsim.DemoInstallationID, "octo", repo); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+		return !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+}

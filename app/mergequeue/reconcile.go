@@ -48,6 +48,9 @@ type Report struct {
 	// LabelRemovals are bounced pull requests still carrying the label,
 	// whose label removal was asked for again.
 	LabelRemovals []int `json:"labelRemovals"`
+	// Archived is true when the repository is archived: GitHub refuses
+	// every change to it, and the reconcile changed nothing.
+	Archived bool `json:"archived,omitempty"`
 	// Entries is the length of the queue afterwards.
 	Entries int `json:"entries"`
 }
@@ -155,6 +158,16 @@ func (r *run) reconcile(rep *Report) error {
 	open, err := r.openPulls()
 	if err != nil {
 		return err
+	}
+	for _, pr := range open {
+		if pr.GetBase().GetRepo().GetArchived() {
+			// GitHub refuses every change to an archived repository: the
+			// queue is left as it is until it is unarchived, rather than
+			// submit, on every pass, operations GitHub refuses.
+			rep.Archived, rep.Entries = true, len(r.active())
+			r.log.Debug("reconcile: the repository is archived; nothing changed", zap.String(logEvent, "mergequeue.archived"))
+			return nil
+		}
 	}
 	labeled := func(pr *github.PullRequest) bool { return hasLabel(pr, r.q.cfg.Label) }
 	for _, e := range slices.Clone(r.st.entries) {
