@@ -261,9 +261,15 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 			}
 		}
 		if p.Action == "transferred" && repo.id != 0 {
-			// Its old name, in whichever installation had it.
-			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`,
-				repo.id, strings.ToLower(repo.fullName)); err != nil {
+			// Its old name, in whichever installation had it (marked
+			// changed, so that a resync under way does not put it back).
+			key := strings.ToLower(repo.fullName)
+			if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
+				(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,
+				now.UnixMicro(), repo.id, key); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key); err != nil {
 				return err
 			}
 		}

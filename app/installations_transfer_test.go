@@ -47,10 +47,19 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 	}
 	post("t-1", "created", "octo", "moving", 1, nil)
 	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 1, "")
+	old, err := e.inst.Installation(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	post("t-2", "transferred", "acme", "moving", 2, map[string]any{"owner": map[string]any{"from": map[string]any{
 		"organization": map[string]any{"login": "octo", "id": 9201}}}})
 	wantInstallationOf(t, ctx, e.inst, "acme", "moving", 2, "")
 	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 0, "baton is not installed on octo/moving")
+	// The installation that lost it is marked changed: a resync that read
+	// GitHub before the event must not put the old name back.
+	if now, err := e.inst.Installation(ctx, 1); err != nil || !now.UpdatedAt.After(old.UpdatedAt) {
+		t.Errorf("installation 1 updated at %v, before the transfer %v (%v)", now.UpdatedAt, old.UpdatedAt, err)
+	}
 	if rec, _ := e.ledger.Get(ctx, "t-2"); rec.State != DeliveryHandled {
 		t.Errorf("t-2: %+v", rec)
 	}
