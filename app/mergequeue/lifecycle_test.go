@@ -2,6 +2,7 @@ package mergequeue_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -278,7 +279,8 @@ func TestRetargetedPullRequestBounces(t *testing.T) {
 	}
 }
 
-// A retargeting whose delivery never came is found by the reconcile.
+// A retargeting whose delivery never came is found by the reconcile, also
+// when the pull request was pushed to as well.
 func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -299,6 +301,9 @@ func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.PushPull("octo", repo, 1, "", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := s.q.Reconcile(ctx, ghsim.DemoInstallationID, "octo", repo)
@@ -373,4 +378,44 @@ func TestReconcileLeavesAnArchivedRepositoryAlone(t *testing.T) {
 		}
 		return !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
+}
+
+// A push delivered while the retargeting's delivery is late (or lost)
+// bounces the pull request for its new base, rather than move it to its
+// new head on the new base quietly.
+func TestPushAfterAnUnseenRetargetingBounces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "retargeted-then-pushed"
+	s.repo(t, repo, 1, []string{"ci"})
+	main, err := s.sim.Ref("octo", repo, "heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "seq-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	head, err := s.sim.PushPull("octo", repo, 1, "", "monalisa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"action":"synchronize","number":1,"pull_request":{"number":1,"state":"open","head":{"sha":%q}},`+
+		`"repository":{"full_name":"octo/%s"},"installation":{"id":1},"sender":{"login":"monalisa","type":"User"}}`, head, repo)
+	if err := s.q.HandleEvent(ctx, mergequeue.Event{DeliveryID: "seq-2", Name: "pull_request", Action: "synchronize", InstallationID: 1,
+		Repository: "octo/" + repo, Payload: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced || !strings.Contains(e.BounceReason, "from main to release") {
+		t.Errorf("entry: %+v", e)
+	}
 }

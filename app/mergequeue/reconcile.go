@@ -215,13 +215,13 @@ func (r *run) reconcile(rep *Report) error {
 			if err := r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)"); err != nil {
 				return err
 			}
-		case pr.GetHead().GetSHA() != e.sha:
-			if err := r.moveTo(e, pr); err != nil {
-				return err
-			}
 		case e.base != "" && pr.GetBase().GetRef() != "" && pr.GetBase().GetRef() != e.base:
 			// Retargeted, its edited delivery missed.
 			if err := r.retargeted(e, pr); err != nil {
+				return err
+			}
+		case pr.GetHead().GetSHA() != e.sha:
+			if err := r.moveTo(e, pr); err != nil {
 				return err
 			}
 		default:

@@ -399,6 +399,9 @@ func (r *run) reevaluate(n int, pusher string) error {
 			return r.pushedByOther(e, pr, pusher, perm)
 		}
 	}
+	if b := pr.GetBase().GetRef(); b != "" && e.base != "" && b != e.base {
+		return r.retargeted(e, pr) // its edited delivery is late or lost
+	}
 	return r.moveTo(e, pr)
 }
 
