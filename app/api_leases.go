@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -20,6 +21,11 @@ const (
 	// MaxLeaseOwnerChars bounds the owner string a caller gives.
 	MaxLeaseOwnerChars = 100
 )
+
+// Every holder leaseHolder accepts fits the coordinator: an actor and an
+// owner of their most characters, each of 4 bytes, and the '/'. (The
+// constant below would be negative, and the build fail, otherwise.)
+const _ uint = coordinator.MaxOwnerBytes - (4*schema.MaxActorChars + 1 + 4*MaxLeaseOwnerChars)
 
 // LeaseGrantBody is the answer of acquire and renew.
 type LeaseGrantBody struct {

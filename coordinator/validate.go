@@ -12,9 +12,10 @@ const (
 	MinTTL = time.Second
 	MaxTTL = 15 * time.Minute
 	// MaxKeyBytes and MaxOwnerBytes bound keys and owners, in bytes of
-	// UTF-8.
+	// UTF-8. An owner taken over the API is "ACTOR/OWNER", two strings
+	// bounded in characters (128 and 100), up to 4 bytes each: 913 bytes.
 	MaxKeyBytes   = 512
-	MaxOwnerBytes = 256
+	MaxOwnerBytes = 1024
 )
 
 func validateKey(key string) error {
