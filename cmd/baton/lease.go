@@ -294,13 +294,19 @@ behind when it exits gets SIGTERM only.
 
 --ttl is the lease's time to live, sent to the server and granted as
 given (1s–15m, whole seconds; default 1m); the lease is renewed every
-third of it and counted lost once it passed without a renewal.
+third of it. When no renewal gets through (the server is away), CMD is
+stopped before the lease may expire, early enough that SIGKILL comes
+while the lease is still yours: --grace plus min(2s, TTL/4) before the
+expiry, but at most a third of the TTL before it. With the defaults, CMD
+gets SIGTERM 12s before the lease would expire; keep --grace under a
+third of the TTL (less 2s) for the same guarantee.
 
 Exit status:
   CMD's own    CMD ran and exited (128+N when killed by signal N)
   3            the lease is held by another (without --wait)
-  4            the lease was lost while CMD ran (it expired, or a renewal was
-               refused): CMD got SIGTERM, and SIGKILL after --grace
+  4            the lease was lost while CMD ran (a renewal was refused, or
+               none got through in time): CMD got SIGTERM, and SIGKILL
+               after --grace
   1, 2         an error, bad usage
 
 The owner defaults to USER@HOST:PID, unique to this run.`,
@@ -407,40 +413,44 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	go func() { exited <- child.cmd.Wait() }()
 
 	// Renew every TTL/3 after the previous renewal finished; the lease is
-	// lost when a renewal is refused or our deadline passes first.
+	// lost when a renewal is refused, or when none succeeded by stopAt:
+	// leaseStopLead before the lease may expire, so that CMD is stopped
+	// (SIGKILL included) while the lease is still ours, before another
+	// holder can take it.
 	lost := make(chan error, 1)
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
+	lead := leaseStopLead(o.ttl, o.grace)
 	go func() {
 		defer close(renewDone)
-		deadline := g.ExpiresAt
+		stopAt := g.ExpiresAt.Add(-lead)
 		every := o.ttl / 3
 		for {
-			t := time.NewTimer(min(every, time.Until(deadline)))
+			t := time.NewTimer(min(every, time.Until(stopAt)))
 			select {
 			case <-stopRenew:
 				t.Stop()
 				return
 			case <-t.C:
 			}
-			if !time.Now().Before(deadline) {
-				lost <- fmt.Errorf("lease %s expired: no renewal succeeded in time", key)
+			if !time.Now().Before(stopAt) {
+				lost <- fmt.Errorf("no renewal of lease %s succeeded in time (it expires within %s)", key, lead.Round(time.Millisecond))
 				return
 			}
 			asked := time.Now()
-			rctx, cancel := context.WithDeadline(ctx, deadline)
+			rctx, cancel := context.WithDeadline(ctx, stopAt)
 			_, err := c.RenewLease(rctx, key, o.owner, g.Token, o.ttl)
 			cancel()
 			switch {
 			case err == nil:
-				deadline = asked.Add(o.ttl)
+				stopAt = asked.Add(o.ttl - lead)
 				every = o.ttl / 3
 			case client.CodeOf(err) == client.CodeLeaseLost:
 				lost <- fmt.Errorf("lease %s lost: %v", key, cliAPIError(err))
 				return
 			default:
 				// Unknown: the server may be away for a moment. Try again
-				// soon, until the deadline.
+				// soon, until stopAt.
 				fmt.Fprintf(stderr, "baton: renewing %s: %v\n", key, cliAPIError(err))
 				every = min(o.ttl/3, time.Second)
 			}
@@ -475,6 +485,17 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			return exitLeaseLost, nil
 		}
 	}
+}
+
+// leaseStopLead is how long before a lease may expire `lease run` stops
+// CMD when no renewal got through: the time CMD's stop may take (SIGTERM,
+// SIGKILL --grace later) and a margin for the clocks, min(2s, TTL/4), so
+// that nothing of CMD runs once the lease may be another's. At most TTL/3,
+// so that renewals have a third of the TTL to get through: a --grace
+// longer than that (less the margin) lets CMD outlive the lease by the
+// difference.
+func leaseStopLead(ttl, grace time.Duration) time.Duration {
+	return min(grace+min(2*time.Second, ttl/4), ttl/3)
 }
 
 // leaseChild is CMD of `lease run` as started on this system
