@@ -421,6 +421,10 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
 	lead := leaseStopLead(o.ttl, o.grace)
+	// Once CMD exited, a renewal in flight is cut short: the release
+	// follows at once.
+	renewCtx, cancelRenew := context.WithCancel(ctx)
+	defer cancelRenew()
 	go func() {
 		defer close(renewDone)
 		stopAt := g.ExpiresAt.Add(-lead)
@@ -438,9 +442,14 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 				return
 			}
 			asked := time.Now()
-			rctx, cancel := context.WithDeadline(ctx, stopAt)
+			rctx, cancel := context.WithDeadline(renewCtx, stopAt)
 			_, err := c.RenewLease(rctx, key, o.owner, g.Token, o.ttl)
 			cancel()
+			select {
+			case <-stopRenew:
+				return
+			default:
+			}
 			switch {
 			case err == nil:
 				stopAt = asked.Add(o.ttl - lead)
@@ -458,6 +467,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	}()
 	stopRenewing := func() {
 		close(stopRenew)
+		cancelRenew()
 		<-renewDone
 	}
 

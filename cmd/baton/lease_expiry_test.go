@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,6 +20,8 @@ import (
 type cliLeaseProxy struct {
 	*httptest.Server
 	failRenewals atomic.Bool
+	hangRenewals atomic.Bool  // renewals wait for their client to give up
+	renewals     atomic.Int64 // renewals received
 	mu           sync.Mutex
 	acquired     time.Time // when the last acquire was passed on
 }
@@ -30,8 +34,20 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p := &cliLeaseProxy{}
+	closing := make(chan struct{})
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.EscapedPath(), "/renew") {
+			p.renewals.Add(1)
+		}
 		switch {
+		case strings.HasSuffix(r.URL.EscapedPath(), "/renew") && p.hangRenewals.Load():
+			// The body read, the server notices when the client hangs up.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-closing:
+			}
+			return
 		case strings.HasSuffix(r.URL.EscapedPath(), "/renew") && p.failRenewals.Load():
 			http.Error(w, "away", http.StatusServiceUnavailable)
 			return
@@ -42,7 +58,10 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 		}
 		rp.ServeHTTP(w, r)
 	}))
-	t.Cleanup(p.Close)
+	t.Cleanup(func() {
+		close(closing)
+		p.Close()
+	})
 	return p
 }
 
@@ -82,5 +101,37 @@ func TestLeaseRunStopsCMDBeforeTheLeaseExpires(t *testing.T) {
 	}
 	if code := p.wait(t, 30*time.Second); code != exitLeaseLost {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitLeaseLost, p.stderr)
+	}
+}
+
+// CMD exits while a renewal hangs on a server that does not answer: baton
+// does not wait for that renewal, it releases the lease and exits.
+func TestLeaseRunExitsWhileARenewalHangs(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	proxy.hangRenewals.Store(true)
+	const key = "issue:octo/demo#51"
+	// The renewal starts 5s in (TTL/3) and would be waited for until 3s
+	// before the lease may expire (--grace 1s and the 2s margin): 12s in.
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--ttl", "15s", "--grace", "1s", "--", "sh", "-c", "sleep 6; echo done")
+	cliEventually(t, 30*time.Second, "the command to end", func() bool { return strings.Contains(p.stdout.String(), "done") })
+	ended := time.Now()
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("exit %d, want CMD's 0; stderr: %s", code, p.stderr)
+	}
+	if d := time.Since(ended); d > 2*time.Second {
+		t.Errorf("baton exited %s after the command", d)
+	}
+	if proxy.renewals.Load() == 0 {
+		t.Error("no renewal was in flight")
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after the command: %+v, %v", st, err)
+	}
+	if strings.Contains(p.stderr.String(), "renewing") {
+		t.Errorf("stderr: %s", p.stderr)
 	}
 }
