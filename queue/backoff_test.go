@@ -1,0 +1,75 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// A consumer failure is retried after FailureBackoff·2^(n−1): the message
+// put back after the first failure is due FailureBackoff after it was
+// stored, the one after the second twice that, and so on up to
+// MaxFailureBackoff.
+func TestFailureBackoffDoubles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	rec := newRecorder()
+	rec.result = func(string, int) Result { return Failed(errors.New("store unavailable")) }
+	const first = 2 * time.Second
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, FailureBackoff: first, MaxFailureBackoff: time.Minute, MaxFailures: 5})
+	dispatch(t, b, "flaky")
+	eventually(t, 10*time.Second, "the first failure", func() bool { return rec.count("flaky") == 1 })
+	var failures int
+	var due time.Duration
+	eventually(t, 5*time.Second, "the failure recorded on the message", func() bool {
+		raw, err := b.sess.Load().ops.GetLastMsgForSubject(ctx, OperationSubject("flaky"))
+		if err != nil {
+			return false
+		}
+		failures, _ = strconv.Atoi(raw.Header.Get(HeaderFailures))
+		at, err := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderRetryAt))
+		if err != nil {
+			return false
+		}
+		due = at.Sub(raw.Time)
+		return failures == 1
+	})
+	if due < first-500*time.Millisecond || due > first+500*time.Millisecond {
+		t.Errorf("after the first failure the message is due %v after it was stored, want about %v", due, first)
+	}
+	for n, want := range map[int]time.Duration{1: first, 2: 2 * first, 3: 4 * first, 7: time.Minute, 40: time.Minute} {
+		c := &Consumer{cfg: ConsumerConfig{FailureBackoff: first, MaxFailureBackoff: time.Minute}}
+		if got := c.backoff(n); got != want {
+			t.Errorf("backoff after failure %d = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// A copy whose Retry-At lies beyond MaxFailureBackoff (the clock was set
+// back since it was stored) waits MaxFailureBackoff once, on its first
+// delivery, and is handled on the next: two deliveries, not more.
+func TestClockSetBackCostsOneBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	rec := newRecorder()
+	rec.result = func(string, int) Result { return Done() }
+	m := operationMsg("stepped", retryMsgID("stepped", 1, 1))
+	m.Header.Set(HeaderFailures, "1")
+	m.Header.Set(HeaderRetryAt, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	if _, err := b.sess.Load().js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	c := startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailureBackoff: 200 * time.Millisecond})
+	eventually(t, 10*time.Second, "the operation handled", func() bool { return rec.count("stepped") == 1 })
+	info, err := c.cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.Delivered.Consumer; n != 2 {
+		t.Errorf("%d deliveries, want 2 (one backoff, then the handling)", n)
+	}
+}
