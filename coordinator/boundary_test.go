@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,5 +153,33 @@ func TestLossFoundByTheStoreMarksTheHandle(t *testing.T) {
 			err := l.AssertOwned()
 			wantLost(t, "AssertOwned after the loss was found", err, LostNotHeld)
 		})
+	}
+}
+
+// One Reconcile force-releases every dead lease, however many batches of
+// reconcileBatch they fill.
+func TestReconcileReleasesMoreThanABatch(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	const n = reconcileBatch + 10
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.c.Acquire(ctx, fmt.Sprintf("key-%d", i), "op", time.Second); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.clock.Advance(time.Second + DeadTTLs*time.Second + time.Microsecond) // past expiry plus three TTLs
+	rep, err := b.c.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Released) != n || len(rep.Stale) != 0 {
+		t.Fatalf("released %d, stale %d; want all %d released", len(rep.Released), len(rep.Stale), n)
 	}
 }
