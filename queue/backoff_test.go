@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -71,5 +72,34 @@ func TestClockSetBackCostsOneBackoff(t *testing.T) {
 	}
 	if n := info.Delivered.Consumer; n != 2 {
 		t.Errorf("%d deliveries, want 2 (one backoff, then the handling)", n)
+	}
+}
+
+// The backoff is waited out: a failed operation is not handled again
+// before its Retry-At.
+func TestFailureBackoffIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "")
+	const backoff = 700 * time.Millisecond
+	calls := make(chan time.Time, 4)
+	var n atomic.Int32
+	startConsumer(t, b, ConsumerConfig{FailureBackoff: backoff, MaxFailureBackoff: time.Minute, Handler: func(context.Context, string) Result {
+		calls <- time.Now()
+		if n.Add(1) > 1 {
+			return Done()
+		}
+		return Failed(errors.New("store unavailable"))
+	}})
+	dispatch(t, b, "flaky")
+	var at [2]time.Time
+	for i := range at {
+		select {
+		case at[i] = <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d never came", i+1)
+		}
+	}
+	if gap := at[1].Sub(at[0]); gap < backoff-50*time.Millisecond {
+		t.Errorf("handled again %v after the failure, want at least the backoff %v", gap, backoff)
 	}
 }
