@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -342,5 +343,86 @@ func TestAnswerCutShortIsProbed(t *testing.T) {
 	}
 	if len(is.Comments) != 1 {
 		t.Errorf("%d comments on #10, want 1", len(is.Comments))
+	}
+}
+
+// A call cut short by the consumer's stop deadline is not a failure of
+// the operation: the operation goes back to the queue still running, its
+// attempt left without an end (so it counts and is probed when it runs
+// again), not failed as cancelled.
+func TestCallInterruptedByTheStopDeadlineIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{})
+	var once sync.Once
+	s := newStack(t, stackOptions{front: frontProxy(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/issues/10/comments") {
+			return false
+		}
+		once.Do(func() { close(arrived) })
+		select { // GitHub is slow to answer; the caller gives up first
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		return true
+	})})
+	rec := s.submit(t, "interrupted", schema.ActionComment, issue(10), `{"body":"slow"}`)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never arrived")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.cons.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("consumer stop: %v, want its deadline to pass", err)
+	}
+	var got schema.Record
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if got, err = s.store.Get(context.Background(), rec.OperationID); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := s.coord.Check(context.Background(), rec.Resource.Key()); !st.Locked || got.Terminal() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was never released")
+		}
+	}
+	if got.Status != schema.StatusRunning || got.Attempts != 1 || len(got.AttemptLog) != 1 || !got.AttemptLog[0].EndedAt.IsZero() {
+		t.Fatalf("status=%s attempts=%d %s %q log=%+v, want still running with its attempt left open",
+			got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
+	}
+}
+
+// A cancellation requested through another process (written to the store,
+// no in-process signal) is found by the wait's poll of the record, and
+// ends a long backoff early.
+func TestCancelFromAnotherProcessEndsTheWait(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{BaseBackoff: 20 * time.Second, MaxBackoff: 20 * time.Second, CancelPoll: 100 * time.Millisecond}})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 502}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "cancel-elsewhere", schema.ActionComment, issue(10), `{"body":"never"}`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if cur, _ := s.store.Get(context.Background(), rec.OperationID); cur.NextAttemptAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never waited")
+		}
+	}
+	asked := time.Now()
+	if _, err := s.store.RequestCancel(context.Background(), rec.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	got := s.await(t, rec.OperationID, 15*time.Second)
+	if got.Status != schema.StatusCancelled || !got.CancellationRequested || got.Attempts != 1 {
+		t.Fatalf("status=%s attempts=%d", got.Status, got.Attempts)
+	}
+	if took := got.CompletedAt.Sub(asked); took > 5*time.Second {
+		t.Errorf("cancellation took %v to be observed during a 20 s wait", took)
 	}
 }
