@@ -426,3 +426,46 @@ func TestCancelFromAnotherProcessEndsTheWait(t *testing.T) {
 		t.Errorf("cancellation took %v to be observed during a 20 s wait", took)
 	}
 }
+
+// A handed-off operation that cannot finish now (GitHub asks for a long
+// wait) gets a message of its own at once, so that its wait applies to
+// it, rather than being left to its old message's delay.
+func TestHandedOffOperationThatWaitsIsNudged(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	rec := &nudgeRecorder{}
+	var ids []string
+	e, err := New(Config{Store: s.store, Dispatcher: rec, Leases: s.coord, GitHub: s.gh, HandoffLimit: 10,
+		OnFinished: func(r schema.Record) {
+			if r.OperationID == ids[0] {
+				if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments",
+					Kind: ghsim.FaultTooManyRequests, RetryAfter: 90 * time.Second}); err != nil {
+					t.Error(err)
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		r, _, err := e.Submit(context.Background(), "tester", schema.Submission{IdempotencyKey: "nudge-" + itoa(i),
+			Action: schema.ActionComment, Resource: issue(12), Payload: json.RawMessage(`{"body":"x"}`), InstallationID: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.OperationID)
+	}
+	if r := e.Process(context.Background(), ids[0]); r.Kind != ResultDone {
+		t.Fatalf("Process = %v %v", r, r.Err)
+	}
+	next, err := s.store.Get(context.Background(), ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Status != schema.StatusRunning || next.NextAttemptAt == nil {
+		t.Fatalf("next operation %s next attempt %v, want it sent back to wait", next.Status, next.NextAttemptAt)
+	}
+	if got := rec.got(); !slices.Equal(got, ids[1:]) {
+		t.Errorf("nudged %v, want %v", got, ids[1:])
+	}
+}
