@@ -265,6 +265,19 @@ func TestKeepAliveRetriesTransientFailures(t *testing.T) {
 	for _, at := range []time.Duration{23, 24, 26, 30, 35, 40} {
 		step(at * time.Second)
 	}
+	// The last retry is due at the deadline, the time the failed
+	// renewal's own deadline timer was set for too. Move the clock only
+	// once the retry's timer is armed (its log line comes just before),
+	// or the retry is armed a second after a clock already at 41s.
+	retries := func() int { return b.logs.FilterField(stringField(fieldEvent, eventRenewRetry)).Len() }
+	for ctx := waitCtx(t); retries() < 8; {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d renewal retries logged, want 8", retries())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	waitTimersAt(t, b.clock, epoch.Add(41*time.Second))
 	b.clock.Set(epoch.Add(41 * time.Second))
 	waitDone(t, work)
 	cause := context.Cause(work)
