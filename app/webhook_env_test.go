@@ -122,6 +122,17 @@ func newHookEnv(t *testing.T, o hookEnvOptions) *hookEnv {
 	mux.Handle("/webhooks/github", specCheckedHook(t, e.recv))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
+	// Before the receiver closes (cleanups run last first), the
+	// simulator's deliveries still in flight are let finish: one the close
+	// cut short would fail specCheckedHook's read of its body.
+	t.Cleanup(func() {
+		sim.SetWebhook("", "")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sim.WaitDeliveries(ctx); err != nil {
+			t.Errorf("the simulator's deliveries did not end: %v", err)
+		}
+	})
 
 	if e.inst, err = NewInstallations(InstallationsConfig{
 		DB: e.db, App: e.clients.App(), Installation: e.clients.Installation, Logger: log,
