@@ -566,9 +566,11 @@ func TestServerStopDeadlineReleasesWork(t *testing.T) {
 	}
 	c, op := submit(first)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// The attempt is saved before its call is made: the call is in
+		// flight, held by the latency fault, once that fault has fired.
 		cur, err := c.Get(context.Background(), op.OperationID)
-		if err == nil && cur.Status == schema.StatusRunning && cur.Attempts == 1 {
-			break // the call is in flight, held by the latency fault
+		if err == nil && cur.Status == schema.StatusRunning && cur.Attempts == 1 && len(sim.Faults()) == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the call did not start: %+v %v", cur, err)
