@@ -56,7 +56,7 @@ func TestLeavingCancelsMerge(t *testing.T) {
 			if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 15*time.Second, "the merge of #1 submitted", func() bool { return len(s.mergeOps(t, repo, 1)) == 1 })
+			waitFor(t, 30*time.Second, "the merge of #1 submitted", func() bool { return len(s.mergeOps(t, repo, 1)) == 1 })
 			if rec := s.mergeOps(t, repo, 1)[0]; rec.Status != schema.StatusQueued {
 				t.Fatalf("merge of #1 before it left: %s", rec.Status)
 			}
@@ -64,7 +64,7 @@ func TestLeavingCancelsMerge(t *testing.T) {
 			tc.leave(t, repo)
 			// The run cancels the merge before it saves the queue's state
 			// (and its audit row) at its end: wait for both.
-			waitFor(t, 15*time.Second, "the merge of #1 cancelled, and the change audited", func() bool {
+			waitFor(t, 30*time.Second, "the merge of #1 cancelled, and the change audited", func() bool {
 				return s.mergeOps(t, repo, 1)[0].Status == schema.StatusCancelled && len(auditOf(s.audit(t, repo), tc.action)) > 0
 			})
 			if keep.Err() != nil {
@@ -134,11 +134,11 @@ func TestLeavingWhileMergeRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fault goes once it fired: the merge's call has reached GitHub.
-	waitFor(t, 15*time.Second, "the merge's call in flight", func() bool { return len(s.sim.Faults()) == 0 })
+	waitFor(t, 30*time.Second, "the merge's call in flight", func() bool { return len(s.sim.Faults()) == 0 })
 	if err := s.sim.RemoveLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "#1 out of the queue", func() bool {
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool {
 		_, in := s.entryOf(t, repo, 1)
 		return !in && len(auditOf(s.audit(t, repo), mergequeue.AuditLeave)) == 1
 	})
@@ -160,7 +160,7 @@ func TestLeavingWhileMergeRuns(t *testing.T) {
 	if m := s.mergeEffects(repo); len(m) != 1 {
 		t.Errorf("merges: %+v", m)
 	}
-	waitFor(t, 15*time.Second, "the merge audited", func() bool {
+	waitFor(t, 30*time.Second, "the merge audited", func() bool {
 		return len(auditOf(s.audit(t, repo), mergequeue.AuditMerge)) == 1
 	})
 	a := s.audit(t, repo)

@@ -44,7 +44,7 @@ func TestCommentCommands(t *testing.T) {
 	}
 
 	comment("/baton queue", "reader")
-	waitFor(t, 10*time.Second, "a reply to the reader", func() bool {
+	waitFor(t, 30*time.Second, "a reply to the reader", func() bool {
 		return slices.ContainsFunc(appComments(), func(b string) bool { return strings.Contains(b, "@reader, `/baton queue` needs write permission") })
 	})
 	if _, queued := s.entryOf(t, repo, 1); queued {
@@ -52,14 +52,14 @@ func TestCommentCommands(t *testing.T) {
 	}
 
 	comment("Looks good to me.\n/baton queue\n", "writer")
-	waitFor(t, 10*time.Second, "#1 queued by the writer, with the label", func() bool {
+	waitFor(t, 30*time.Second, "#1 queued by the writer, with the label", func() bool {
 		_, queued := s.entryOf(t, repo, 1)
 		return queued && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
 	if j := auditOf(s.audit(t, repo), mergequeue.AuditJoin); len(j) != 1 || j[0].Detail != "/baton queue by @writer" {
 		t.Errorf("joins: %+v", j)
 	}
-	waitFor(t, 10*time.Second, "the label baton added handled as already_queued", func() bool {
+	waitFor(t, 30*time.Second, "the label baton added handled as already_queued", func() bool {
 		return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool {
 			return e.Action == "labeled" && e.Details == "#1 already_queued"
 		})
@@ -67,7 +67,7 @@ func TestCommentCommands(t *testing.T) {
 
 	sha := s.pull(t, repo, 1).HeadSHA
 	comment("/baton dequeue", "boss")
-	waitFor(t, 10*time.Second, "#1 dequeued by a maintainer, label removed, status replaced", func() bool {
+	waitFor(t, 30*time.Second, "#1 dequeued by a maintainer, label removed, status replaced", func() bool {
 		_, queued := s.entryOf(t, repo, 1)
 		return !queued && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") && hasStatus(s, repo, sha, "Not in the merge queue")
 	})
@@ -118,7 +118,7 @@ func TestRefusedCommandsAnsweredOnce(t *testing.T) {
 		}
 		// Each comment is handled before the next is made (its reply, if
 		// any, is submitted by then).
-		waitFor(t, 10*time.Second, "the comment handled", func() bool { return handled() >= i+1 })
+		waitFor(t, 30*time.Second, "the comment handled", func() bool { return handled() >= i+1 })
 	}
 	ops := func() []schema.Record {
 		recs, _, err := s.exec.List(context.Background(), executor.ListFilter{Action: schema.ActionComment,
@@ -128,7 +128,7 @@ func TestRefusedCommandsAnsweredOnce(t *testing.T) {
 		}
 		return recs
 	}
-	waitFor(t, 10*time.Second, "the replies posted", func() bool {
+	waitFor(t, 30*time.Second, "the replies posted", func() bool {
 		return !slices.ContainsFunc(ops(), func(r schema.Record) bool { return !r.Terminal() })
 	})
 	if n, o := replies(), len(ops()); n != 2 || o != 2 {
@@ -154,12 +154,12 @@ func TestBounceCommentQuotesCheckNames(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
 	if err := s.sim.CompleteCheckRun("octo", repo, run, "failure"); err != nil {
 		t.Fatal(err)
 	}
 	var body string
-	waitFor(t, 10*time.Second, "the bounce comment", func() bool {
+	waitFor(t, 30*time.Second, "the bounce comment", func() bool {
 		for _, c := range s.pull(t, repo, 1).Comments {
 			if c.ByApp && strings.Contains(c.Body, "removed this pull request from the merge queue") {
 				body = c.Body
@@ -199,7 +199,7 @@ func testPushByReaderBounces(t *testing.T, bot bool) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
+	waitFor(t, 30*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
 
 	// #1: its author, who may not write, pushes after it was queued (or
 	// has a workflow of the fork push, as github-actions[bot]).
@@ -222,13 +222,13 @@ func testPushByReaderBounces(t *testing.T, bot bool) {
 			t.Fatalf("#%d: %v", n, err)
 		}
 	}
-	waitFor(t, 20*time.Second, "#2 merged at its new head", func() bool {
+	waitFor(t, 30*time.Second, "#2 merged at its new head", func() bool {
 		return s.pull(t, repo, 2).Merged && len(s.mergeEffects(repo)) > 0
 	})
 	if s.pull(t, repo, 1).Merged {
 		t.Fatal("#1 merged with commits pushed by someone without write permission")
 	}
-	waitFor(t, 10*time.Second, "#1 out of the queue, without its label", func() bool {
+	waitFor(t, 30*time.Second, "#1 out of the queue, without its label", func() bool {
 		_, queued := s.entryOf(t, repo, 1)
 		return !queued && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
@@ -255,12 +255,12 @@ func TestReopenByReaderDoesNotQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
+	waitFor(t, 30*time.Second, "#1 and #2 queued", func() bool { return len(s.queueOrder(t, repo)) == 2 })
 	for n, who := range map[int]string{1: "outsider", 2: "monalisa"} {
 		if err := s.sim.ClosePull("octo", repo, n, true, who); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the closed pull request out of the queue", func() bool {
+		waitFor(t, 30*time.Second, "the closed pull request out of the queue", func() bool {
 			_, queued := s.entryOf(t, repo, n)
 			return !queued
 		})
@@ -268,7 +268,7 @@ func TestReopenByReaderDoesNotQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "#2 queued again, #1 not and without its label", func() bool {
+	waitFor(t, 30*time.Second, "#2 queued again, #1 not and without its label", func() bool {
 		_, queued1 := s.entryOf(t, repo, 1)
 		return slices.Equal(s.queueOrder(t, repo), []int{2}) && !queued1 && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
@@ -304,7 +304,7 @@ func TestLabelByTriagerDoesNotQueue(t *testing.T) {
 	if _, err := s.sim.AddComment("octo", repo, 3, "/baton queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#2 and #3 queued, #1 not and without its label", func() bool {
+	waitFor(t, 30*time.Second, "#2 and #3 queued, #1 not and without its label", func() bool {
 		_, queued1 := s.entryOf(t, repo, 1)
 		order := s.queueOrder(t, repo)
 		return len(order) == 2 && slices.Contains(order, 2) && slices.Contains(order, 3) && !queued1 &&

@@ -33,7 +33,7 @@ func scenario(t tester, s *stack, repo string, o scenarioOptions) {
 	t.Helper()
 	within := o.within
 	if within == 0 {
-		within = 20 * time.Second
+		within = 30 * time.Second
 	}
 	poll := o.poll
 	if poll == 0 {

@@ -49,7 +49,7 @@ func (s *stack) reconcilePass(t *testing.T, at time.Time) {
 // waitIdle waits until no operation is queued or running.
 func (s *stack) waitIdle(t *testing.T) {
 	t.Helper()
-	waitFor(t, 15*time.Second, "no operation unfinished", func() bool {
+	waitFor(t, 30*time.Second, "no operation unfinished", func() bool {
 		for _, st := range []schema.Status{schema.StatusQueued, schema.StatusRunning} {
 			recs, _, err := s.exec.List(context.Background(), executor.ListFilter{Status: st, Limit: 1})
 			if err != nil || len(recs) > 0 {
@@ -68,9 +68,9 @@ func (s *stack) labelAll(t *testing.T, repo string, prs ...int) {
 		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "a pull request queued", func() bool { _, ok := s.entryOf(t, repo, n); return ok })
+		waitFor(t, 30*time.Second, "a pull request queued", func() bool { _, ok := s.entryOf(t, repo, n); return ok })
 	}
-	waitFor(t, 15*time.Second, "the pull requests queued, their gates read", func() bool {
+	waitFor(t, 30*time.Second, "the pull requests queued, their gates read", func() bool {
 		return slices.Equal(s.queueOrder(t, repo), prs) && !slices.ContainsFunc(s.entries(t, repo), func(e mergequeue.Entry) bool {
 			return e.Status == mergequeue.StatusQueued
 		})
@@ -126,7 +126,7 @@ func TestGateTimeoutBouncesAStalledHead(t *testing.T) {
 
 	// At the timeout, the next pass bounces #1 and #3, and #2 merges.
 	s.reconcilePass(t, t0.Add(testGateTimeout))
-	waitFor(t, 20*time.Second, "#1 and #3 bounced, #2 merged", func() bool {
+	waitFor(t, 30*time.Second, "#1 and #3 bounced, #2 merged", func() bool {
 		p1, p3 := s.pull(t, repo, 1), s.pull(t, repo, 3)
 		return len(bounceComments(p1)) == 1 && len(bounceComments(p3)) == 1 &&
 			!slices.Contains(p1.Labels, "baton:queue") && !slices.Contains(p3.Labels, "baton:queue") &&
@@ -177,7 +177,7 @@ func TestGateTimeoutNotReachedWhenTheCheckReportsInTime(t *testing.T) {
 	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha1, Status: "completed", Conclusion: "success"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "#1 then #2 merged", func() bool {
+	waitFor(t, 30*time.Second, "#1 then #2 merged", func() bool {
 		return s.pull(t, repo, 1).Merged && s.pull(t, repo, 2).Merged && len(s.queueOrder(t, repo)) == 0
 	})
 	s.reconcilePass(t, t0.Add(testGateTimeout))

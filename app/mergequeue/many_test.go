@@ -34,7 +34,7 @@ func TestTwentyRepositoriesAtOnce(t *testing.T) {
 	for i := range repos {
 		name := fmt.Sprintf("many-%02d", i)
 		gt := goTester{t: t, name: name}
-		o := scenarioOptions{within: 45 * time.Second, poll: 250 * time.Millisecond}
+		o := scenarioOptions{within: 2 * time.Minute, poll: 250 * time.Millisecond}
 		if name == blocked {
 			o.afterLabels = func() {
 				others.Wait()

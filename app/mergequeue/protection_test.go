@@ -35,7 +35,7 @@ func TestGateWithoutProtectionAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// With protection readable, "ci" alone would let #1 merge now.
-	waitFor(t, 15*time.Second, "#1 waiting for lint", func() bool {
+	waitFor(t, 30*time.Second, "#1 waiting for lint", func() bool {
 		e, ok := s.entryOf(t, repo, 1)
 		return ok && e.GateResult == mergequeue.GatePending && strings.Contains(e.GateDetail, "lint")
 	})
@@ -45,7 +45,7 @@ func TestGateWithoutProtectionAccess(t *testing.T) {
 	if err := s.sim.CompleteCheckRun("octo", repo, lint, "success"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "#1 merged", func() bool { return s.mergedAndOut(t, repo, 1) })
+	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if m := s.mergeEffects(repo); len(m) != 1 {
 		t.Errorf("merges: %+v", m)
 	}
@@ -77,7 +77,7 @@ func TestStrictProtectionWarned(t *testing.T) {
 		}
 	}
 	// (The simulator merges heads behind their base.)
-	waitFor(t, 20*time.Second, "#1 and #2 merged", func() bool { return s.mergedAndOut(t, repo, 1) && s.mergedAndOut(t, repo, 2) })
+	waitFor(t, 30*time.Second, "#1 and #2 merged", func() bool { return s.mergedAndOut(t, repo, 1) && s.mergedAndOut(t, repo, 2) })
 	if n := logs.FilterField(zap.String("event", "mergequeue.protection_strict")).Len(); n != 1 {
 		t.Errorf("the strict protection was logged %d times, want once", n)
 	}
@@ -101,7 +101,7 @@ func TestProtectionRequiringOwnStatusWarned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "#1 and #2 bounced", func() bool {
+	waitFor(t, 30*time.Second, "#1 and #2 bounced", func() bool {
 		return len(auditOf(s.audit(t, repo), mergequeue.AuditBounce)) == 2
 	})
 	if s.pull(t, repo, 1).Merged || s.pull(t, repo, 2).Merged {

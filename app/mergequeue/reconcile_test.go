@@ -55,7 +55,7 @@ func TestReconcileRepairsWhatACrashLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#6 merged by the crashed process's operation, and its outcome applied", func() bool {
+	waitFor(t, 30*time.Second, "#6 merged by the crashed process's operation, and its outcome applied", func() bool {
 		// The queue learns of the merge (OnOperationFinished) and, having
 		// no state for the repository, changes nothing.
 		h, err := s.coord.History(ctx, mergequeue.LeaseKey("octo", repo))
@@ -125,7 +125,7 @@ func TestReconcileRepairsWhatACrashLeft(t *testing.T) {
 
 	// The repaired queue runs on: #2 and #1 merge (their checks passed),
 	// in queue order; #3 waits for its check.
-	waitFor(t, 15*time.Second, "#2 then #1 merged", func() bool {
+	waitFor(t, 30*time.Second, "#2 then #1 merged", func() bool {
 		return s.pull(t, repo, 2).Merged && s.pull(t, repo, 1).Merged && slices.Equal(s.queueOrder(t, repo), []int{3})
 	})
 	if got := prsOf(auditOf(s.audit(t, repo), mergequeue.AuditMerge)); !slices.Equal(got, []int{6, 2, 1}) {
@@ -136,7 +136,7 @@ func TestReconcileRepairsWhatACrashLeft(t *testing.T) {
 	}
 	// A second reconcile finds nothing to repair (once the last merge's
 	// outcome, applied under the same lease, is done).
-	waitFor(t, 10*time.Second, "a second reconcile", func() bool {
+	waitFor(t, 30*time.Second, "a second reconcile", func() bool {
 		if rep, err = s.q.Reconcile(ctx, 1, "octo", repo); err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#1 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1}) })
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1}) })
 
 	// The webhook first: #2's join reads the pull request slowly, holding
 	// the lease; a reconcile meanwhile skips, naming the holder.
@@ -173,7 +173,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	// of the repository (a status baton posted, say) that ends at once and
 	// lets the reconcile in.
 	var labeled string
-	waitFor(t, 10*time.Second, "#2's label delivered", func() bool {
+	waitFor(t, 30*time.Second, "#2's label delivered", func() bool {
 		for _, d := range s.sim.Deliveries() {
 			if d.Event == "pull_request" && d.Action == "labeled" && strings.Contains(string(d.Payload), `"full_name":"octo/`+repo+`"`) &&
 				strings.Contains(string(d.Payload), `"number":2,`) {
@@ -182,7 +182,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 		}
 		return labeled != ""
 	})
-	waitFor(t, 10*time.Second, "#2's label delivery holds the lease", func() bool {
+	waitFor(t, 30*time.Second, "#2's label delivery holds the lease", func() bool {
 		st, err := s.coord.Check(ctx, mergequeue.LeaseKey("octo", repo))
 		return err == nil && st.Owner == "mergequeue:delivery:"+labeled
 	})
@@ -193,7 +193,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	if !skipped.Skipped || !strings.HasPrefix(skipped.LeaseOwner, "mergequeue:delivery:") || !strings.Contains(skipped.SkipReason, "held by") {
 		t.Errorf("reconcile while the webhook holds the lease: %+v", skipped)
 	}
-	waitFor(t, 10*time.Second, "#2 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1, 2}) })
+	waitFor(t, 30*time.Second, "#2 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1, 2}) })
 
 	// The reconcile first: it lists the pull requests slowly, holding the
 	// lease; a push to #1 meanwhile waits for it (the dispatcher hands the
@@ -216,7 +216,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	waitFor(t, 10*time.Second, "the reconcile holds the lease", func() bool {
+	waitFor(t, 30*time.Second, "the reconcile holds the lease", func() bool {
 		st, err := s.coord.Check(ctx, mergequeue.LeaseKey("octo", repo))
 		return err == nil && strings.HasPrefix(st.Owner, "mergequeue:reconcile:")
 	})
@@ -225,7 +225,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 		t.Fatal(err)
 	}
 	var push string
-	waitFor(t, 10*time.Second, "the push delivered", func() bool {
+	waitFor(t, 30*time.Second, "the push delivered", func() bool {
 		for _, d := range s.sim.Deliveries() {
 			if d.Event == "pull_request" && d.Action == "synchronize" && strings.Contains(string(d.Payload), `"full_name":"octo/`+repo+`"`) {
 				push = d.GUID
@@ -237,7 +237,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	if rep.Skipped {
 		t.Fatalf("reconcile skipped: %+v", rep)
 	}
-	waitFor(t, 10*time.Second, "the push handled, #1 at its new head", func() bool {
+	waitFor(t, 30*time.Second, "the push handled, #1 at its new head", func() bool {
 		rec, err := s.ledger.Get(ctx, push)
 		e, _ := s.entryOf(t, repo, 1)
 		return err == nil && rec.State == "handled" && e.PRSHA == newSHA

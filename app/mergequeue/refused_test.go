@@ -28,7 +28,7 @@ func TestRefusedMergeBounces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, "#1 bounced, #2 merged", func() bool {
+	waitFor(t, 30*time.Second, "#1 bounced, #2 merged", func() bool {
 		p1 := s.pull(t, repo, 1)
 		bounced := slices.ContainsFunc(p1.Comments, func(c ghsim.CommentInfo) bool {
 			return c.ByApp && strings.Contains(c.Body, "GitHub refused the merge") && strings.Contains(c.Body, "not mergeable")
@@ -57,15 +57,15 @@ func TestClosedAndReopened(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "both queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1, 2}) })
+	waitFor(t, 30*time.Second, "both queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1, 2}) })
 	if err := s.sim.ClosePull("octo", repo, 1, true, "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#1 out", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{2}) })
+	waitFor(t, 30*time.Second, "#1 out", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{2}) })
 	if err := s.sim.ClosePull("octo", repo, 1, false, "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "#1 back, at the end", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{2, 1}) })
+	waitFor(t, 30*time.Second, "#1 back, at the end", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{2, 1}) })
 	got := []string{}
 	for _, r := range s.audit(t, repo) {
 		got = append(got, r.Action)

@@ -51,7 +51,7 @@ func TestTransientMergeFailureRetried(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "#1 merged, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
+	waitFor(t, 30*time.Second, "#1 merged, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 0 {
 		t.Errorf("bounced: %q", c)
 	}
@@ -92,11 +92,11 @@ func TestPersistentMergeFailureBouncesThenRequeues(t *testing.T) {
 	s.sim.ClearFault(fault)
 	// The bounced entry is cleared when the label goes; wait for it, so
 	// the label added again is a join.
-	waitFor(t, 10*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "#1 merged after joining again", func() bool { return s.pull(t, repo, 1).Merged })
+	waitFor(t, 30*time.Second, "#1 merged after joining again", func() bool { return s.pull(t, repo, 1).Merged })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments", len(c))
 	}
@@ -126,18 +126,18 @@ func TestRefusedMergeRequeuedGetsNewMerge(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "#1 bounced, its label gone", func() bool {
+	waitFor(t, 30*time.Second, "#1 bounced, its label gone", func() bool {
 		p := s.pull(t, repo, 1)
 		return len(s.botComments(t, repo, 1, "GitHub refused the merge")) == 1 && !slices.Contains(p.Labels, "baton:queue")
 	})
-	waitFor(t, 10*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
 	if err := s.sim.SetMergeable("octo", repo, 1, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "#1 merged after joining again, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
+	waitFor(t, 30*time.Second, "#1 merged after joining again, and out of the queue", func() bool { return s.mergedAndOut(t, repo, 1) })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments", len(c))
 	}
@@ -176,7 +176,7 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 		Action: schema.ActionComment, Resource: schema.Resource{Type: schema.ResourceIssue, ID: "octo/" + repo + "#1"}, Payload: body, InstallationID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the crashed run's comment posted", func() bool { return len(s.botComments(t, repo, 1, "a run that crashed")) == 1 })
+	waitFor(t, 30*time.Second, "the crashed run's comment posted", func() bool { return len(s.botComments(t, repo, 1, "a run that crashed")) == 1 })
 	rep, err := s.q.Reconcile(ctx, 1, "octo", repo)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestBounceCommentOncePerJoin(t *testing.T) {
 	if !slices.Equal(rep.Joined, []int{1}) || !slices.Equal(rep.Bounced, []int{1}) {
 		t.Fatalf("report: %+v", rep)
 	}
-	waitFor(t, 10*time.Second, "#1's label removed", func() bool { return !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") })
+	waitFor(t, 30*time.Second, "#1's label removed", func() bool { return !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") })
 	if c := s.botComments(t, repo, 1, "removed this pull request"); len(c) != 1 {
 		t.Errorf("%d bounce comments: %q", len(c), c)
 	}
@@ -219,7 +219,7 @@ func (s *stack) mergedAndOut(t tester, repo string, n int) bool {
 func (s *stack) settledMergeOps(t *testing.T, repo string, n int) []schema.Record {
 	t.Helper()
 	var ops []schema.Record
-	waitFor(t, 10*time.Second, "the newest merge operation terminal", func() bool {
+	waitFor(t, 30*time.Second, "the newest merge operation terminal", func() bool {
 		ops = s.mergeOps(t, repo, n)
 		return len(ops) > 0 && ops[0].Terminal()
 	})

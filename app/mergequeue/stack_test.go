@@ -361,13 +361,13 @@ func (s *stack) mergeOps(t tester, repo string, n int) []schema.Record {
 }
 
 // mergeOp returns the merge operation of n at sha, failing unless there
-// is exactly one. It gives the operation up to 10 s to be terminal: GitHub
+// is exactly one. It gives the operation up to 30 s to be terminal: GitHub
 // merges (and the closed webhook empties the queue) a moment before the
 // executor saves the outcome.
 func (s *stack) mergeOp(t tester, repo string, n int, sha string) schema.Record {
 	t.Helper()
 	var out []schema.Record
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		out = out[:0]
 		for _, r := range s.mergeOps(t, repo, n) {
 			if payloadSHA(t, r) == sha {
