@@ -18,6 +18,32 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 		window = 200 * time.Millisecond
 		total  = 60
 	)
+	ceiling := float64(limit) / window.Seconds()
+	// A loaded machine (other packages' tests run meanwhile) can only
+	// slow the requests down: a rate short of the ceiling is measured
+	// again, a few times, before it counts against the pacer. A window
+	// holding too many requests, or a rate above the ceiling, fails at
+	// once.
+	for try := 1; ; try++ {
+		rate := measurePacedRate(t, limit, window, total)
+		if rate > ceiling*1.1 {
+			t.Fatalf("achieved %.1f/s against a ceiling of %.1f/s", rate, ceiling)
+		}
+		if rate >= ceiling*0.8 {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("achieved %.1f/s against a ceiling of %.1f/s, %d times", rate, ceiling, try)
+		}
+		t.Logf("achieved %.1f/s against a ceiling of %.1f/s; measuring again", rate, ceiling)
+	}
+}
+
+// measurePacedRate sends total requests of 5 ms through a pacer of limit
+// requests per window from 8 goroutines, fails t if a window holds more
+// than limit, and returns the rate achieved.
+func measurePacedRate(t *testing.T, limit int, window time.Duration, total int) float64 {
+	t.Helper()
 	p := newPacer(PacingConfig{MinInterval: -1, ContentLimits: []RateWindow{{limit, window}},
 		MaxInlineWait: time.Minute, MaxWaiters: 100}, time.Now)
 	var (
@@ -71,11 +97,7 @@ func TestPacerKeepsUnderContentLimit(t *testing.T) { // measures a rate: not par
 			t.Fatalf("%d requests started within %v after a response", n, window)
 		}
 	}
-	rate := float64(len(starts)) / elapsed.Seconds()
-	ceiling := float64(limit) / window.Seconds()
-	if rate > ceiling*1.1 || rate < ceiling*0.8 {
-		t.Errorf("achieved %.1f/s against a ceiling of %.1f/s", rate, ceiling)
-	}
+	return float64(len(starts)) / elapsed.Seconds()
 }
 
 func TestPacerSendsLongWaitsBack(t *testing.T) {
