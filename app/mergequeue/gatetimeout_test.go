@@ -197,8 +197,9 @@ func TestGateTimeoutNotReachedWhenTheCheckReportsInTime(t *testing.T) {
 // default.
 func TestGateTimeoutConfig(t *testing.T) {
 	t.Parallel()
+	base := minimalConfig(t) // one database: opening seven took seconds on a loaded machine
 	for _, d := range []time.Duration{-time.Minute, time.Second, 25 * time.Hour} {
-		c := minimalConfig(t)
+		c := base
 		c.GateTimeout = d
 		if _, err := mergequeue.New(c); err == nil || !strings.Contains(err.Error(), "GateTimeout") {
 			t.Errorf("GateTimeout %s: %v", d, err)
@@ -208,7 +209,7 @@ func TestGateTimeoutConfig(t *testing.T) {
 		}
 	}
 	for _, d := range []time.Duration{0, time.Minute, time.Hour, 24 * time.Hour} {
-		c := minimalConfig(t)
+		c := base
 		c.GateTimeout = d
 		if _, err := mergequeue.New(c); err != nil {
 			t.Errorf("GateTimeout %s: %v", d, err)
