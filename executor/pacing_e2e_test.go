@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +71,10 @@ func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var lastOne, lastTwo time.Time
+	var (
+		lastOne, lastTwo time.Time
+		calls            []time.Duration // installation 1's, from request to response
+	)
 	for _, group := range []struct {
 		ids  []string
 		last *time.Time
@@ -83,6 +87,9 @@ func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
 			for _, a := range rec.AttemptLog {
 				if a.ErrorCategory != "" {
 					t.Errorf("an attempt was refused: %+v", a)
+				}
+				if group.last == &lastOne {
+					calls = append(calls, a.EndedAt.Sub(a.StartedAt))
 				}
 			}
 			if rec.CompletedAt.After(*group.last) {
@@ -105,9 +112,17 @@ func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
 	// few resources' operations, one after another).
 	from, to := starts[20], starts[180]
 	rate := 160 / to.Sub(from).Seconds()
-	t.Logf("installation 1: %.1f requests/s against a ceiling of %d/s", rate, ceiling)
-	if rate > ceiling*1.1 || rate < ceiling*0.9 {
-		t.Errorf("achieved %.1f/s, want within 10%% of %d/s", rate, ceiling)
+	// A request holds its place in the window until its response is back,
+	// so a place comes free a window and a call's latency after the call
+	// began: with slow responses (a loaded machine's) that, not the pacer,
+	// holds the rate under the ceiling. Calls of half a second make
+	// 60 in 4.5 s, 13.3/s, under the 13.5/s that 10% of 15/s allows.
+	slices.Sort(calls)
+	latency := calls[len(calls)/2]
+	reachable := limit / (window + latency).Seconds()
+	t.Logf("installation 1: %.1f requests/s against a ceiling of %d/s (%.1f/s with calls of %v)", rate, ceiling, reachable, latency)
+	if rate > ceiling*1.1 || rate < reachable*0.9 {
+		t.Errorf("achieved %.1f/s, want at most %d/s and within 10%% of %.1f/s", rate, ceiling, reachable)
 	}
 	if !lastTwo.Before(lastOne) {
 		t.Errorf("installation 2 finished at %v, after installation 1 (%v): it was held back", lastTwo, lastOne)
