@@ -162,8 +162,11 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	waitFor(t, 30*time.Second, "#1 queued", func() bool { return slices.Equal(s.queueOrder(t, repo), []int{1}) })
 
 	// The webhook first: #2's join reads the pull request slowly, holding
-	// the lease; a reconcile meanwhile skips, naming the holder.
-	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls/2", Kind: ghsim.FaultLatency, Latency: time.Second, Count: 1}); err != nil {
+	// the lease; a reconcile meanwhile skips, naming the holder. Slowly
+	// enough (5 s) that the test, seeing the lease held, still finds it
+	// held when it reconciles on a loaded machine: with 1 s, a stall of
+	// the test's goroutine had the join end first.
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls/2", Kind: ghsim.FaultLatency, Latency: 5 * time.Second, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.sim.AddLabel("octo", repo, 2, "baton:queue", "monalisa"); err != nil {
@@ -198,7 +201,7 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	// The reconcile first: it lists the pull requests slowly, holding the
 	// lease; a push to #1 meanwhile waits for it (the dispatcher hands the
 	// delivery over again), and is then applied.
-	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls", Kind: ghsim.FaultLatency, Latency: time.Second, Count: 1}); err != nil {
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls", Kind: ghsim.FaultLatency, Latency: 5 * time.Second, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan mergequeue.Report, 1)
