@@ -379,16 +379,9 @@ const pushAdvice = "Someone with write permission can add the `%s` label again (
 // fork's own workflow pushes to its branch as github-actions[bot]. An
 // empty pusher (a delivery without a sender) is not asked about.
 func (r *run) reevaluate(n int, pusher string) error {
-	e := r.find(n)
-	if e == nil || e.status == StatusBounced {
-		return nil
-	}
-	pr, err := r.getPull(n)
-	if err != nil {
+	e, pr, err := r.openEntry(n)
+	if e == nil || err != nil {
 		return err
-	}
-	if pr == nil || pr.GetState() != "open" {
-		return nil // the closed event takes it out
 	}
 	if pusher != "" {
 		ok, perm, err := r.mayWrite(pusher)
@@ -409,18 +402,26 @@ func (r *run) reevaluate(n int, pusher string) error {
 // GitHub has the pull request now (a late delivery whose change was undone
 // changes nothing).
 func (r *run) retargetEvent(n int) error {
-	e := r.find(n)
-	if e == nil || e.status == StatusBounced {
-		return nil
-	}
-	pr, err := r.getPull(n)
-	if err != nil {
+	e, pr, err := r.openEntry(n)
+	if e == nil || err != nil {
 		return err
 	}
-	if pr == nil || pr.GetState() != "open" {
-		return nil // the closed event takes it out
-	}
 	return r.retargeted(e, pr)
+}
+
+// openEntry returns pull request n's entry, unless bounced, with the pull
+// request as GitHub has it; e is nil when there is nothing to change: no
+// such entry, or the pull request is no longer open (its closed event
+// takes it out).
+func (r *run) openEntry(n int) (e *entry, pr *github.PullRequest, err error) {
+	e = r.find(n)
+	if e == nil || e.status == StatusBounced {
+		return nil, nil, nil
+	}
+	if pr, err = r.getPull(n); err != nil || pr == nil || pr.GetState() != "open" {
+		return nil, nil, err
+	}
+	return e, pr, nil
 }
 
 // retargeted bounces e if its pull request pr now targets another base
