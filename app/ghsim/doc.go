@@ -26,7 +26,8 @@
 // (pull requests are issues too: one number space per repository; a
 // deleted issue answers 410 Gone); git refs
 // (get, create, update with fast-forward checks on a commit graph — 422
-// "Update is not a fast forward" —, delete); commit statuses (create,
+// "Update is not a fast forward" —, delete); a branch (get; a renamed
+// branch's old name answers 301 to its new one); commit statuses (create,
 // combined, list), check runs and suites, branch protection's required
 // status checks, collaborator permissions; the App's webhook deliveries log
 // (list with cursor, get, redeliver); and the manifest conversion. Status
@@ -74,7 +75,7 @@
 //	client, _ := github.NewClient(&http.Client{Transport: itr}).WithEnterpriseURLs(sim.URL(), sim.URL())
 //
 // Tests shape "GitHub" through the Go API (AddRepo, AddPull, AddIssue,
-// AddLabel, AddComment, PushPull, ClosePull, SetPullBase, SetRef,
+// AddLabel, AddComment, PushPull, ClosePull, SetPullBase, SetRef, RenameBranch,
 // AddCommit, SetStatus, AddCheckRun, CompleteCheckRun, SetRequiredChecks,
 // SetPermission, DeleteIssue, ArchiveRepo, SuspendInstallation,
 // DeleteInstallation, …) and inspect it (Pull, Issue, Ref, Effects,

@@ -82,6 +82,7 @@ func (s *Sim) routes() http.Handler {
 	all = append(all, s.pullRoutes()...)
 	all = append(all, s.issueRoutes()...)
 	all = append(all, s.refRoutes()...)
+	all = append(all, s.branchRoutes()...)
 	all = append(all, s.statusRoutes()...)
 	all = append(all, s.checkRoutes()...)
 	all = append(all, s.deliveryRoutes()...)

@@ -95,6 +95,9 @@ type Sim struct {
 	effects   effectLog
 	hooks     dispatcher
 	manifests manifestStore
+	// branchRenames remembers renamed branches (RenameBranch): GitHub
+	// answers a branch's old name with a redirect to its new one.
+	branchRenames sync.Map // branchRenameKey(repo, old) → new name
 
 	lifeMu  sync.Mutex
 	started bool

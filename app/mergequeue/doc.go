@@ -70,7 +70,10 @@
 // happens). A pull request whose base branch is changed (pull_request
 // edited with changes.base, or found by a reconcile) bounces: it was
 // queued, and its gate read, for the branch it targeted then, and its
-// author may retarget it. A pull request that leaves, or whose head moves, while its
+// author may retarget it; a base branch renamed is the same branch
+// (GitHub retargets its pull requests, with the same event, and answers
+// its old name with a redirect to the new one): the entry follows it. A
+// pull request that leaves, or whose head moves, while its
 // merge operation is submitted but not finished has that operation
 // cancelled (Operations.Cancel) in the same run, before the change is
 // committed, so that a crash leaves at worst the entry in the queue with

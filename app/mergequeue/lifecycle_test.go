@@ -419,3 +419,80 @@ func TestPushAfterAnUnseenRetargetingBounces(t *testing.T) {
 		t.Errorf("entry: %+v", e)
 	}
 }
+
+// A base branch renamed (main to trunk, say) is the same branch: GitHub
+// retargets its open pull requests to the new name and sends
+// pull_request edited with changes.base as for a change of base, but the
+// queue, its gate and the merge carry on for the branch under its new name
+// rather than bounce every pull request in the queue.
+func TestRenamedBaseBranchDoesNotBounce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "renamed-base"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	if err := s.sim.RenameBranch("octo", repo, "main", "trunk", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 following trunk", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.BaseRef == "trunk"
+	})
+	head := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 merged into trunk", func() bool { return s.pull(t, repo, 1).Merged })
+	if b := auditOf(s.audit(t, repo), mergequeue.AuditBounce); len(b) != 0 {
+		t.Errorf("bounces: %+v", b)
+	}
+}
+
+// A renaming (twice, here) whose deliveries never came is found by the
+// reconcile, and by a push seen before it: neither bounces the pull
+// request.
+func TestReconcileAndPushFollowARenamedBaseBranch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "renamed-base-quietly"
+	s.repo(t, repo, 2, []string{"ci"})
+	for i, n := range []int{1, 2} {
+		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.q.HandleEvent(ctx, labelEvent(repo, n, "labeled", fmt.Sprintf("renamed-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Renamed twice: the old name redirects along both.
+	if err := s.sim.RenameBranch("octo", repo, "main", "trunk", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.RenameBranch("octo", repo, "trunk", "stable", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	head, err := s.sim.PushPull("octo", repo, 2, "", "monalisa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"action":"synchronize","number":2,"pull_request":{"number":2,"state":"open","head":{"sha":%q}},`+
+		`"repository":{"full_name":"octo/%s"},"installation":{"id":1},"sender":{"login":"monalisa","type":"User"}}`, head, repo)
+	if err := s.q.HandleEvent(ctx, mergequeue.Event{DeliveryID: "renamed-push", Name: "pull_request", Action: "synchronize", InstallationID: 1,
+		Repository: "octo/" + repo, Payload: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := s.entryOf(t, repo, 2); !ok || e.Status == mergequeue.StatusBounced || e.BaseRef != "stable" || e.PRSHA != head {
+		t.Errorf("#2 after the push: %+v", e)
+	}
+	rep, err := s.q.Reconcile(ctx, ghsim.DemoInstallationID, "octo", repo)
+	if err != nil || len(rep.Bounced) != 0 {
+		t.Fatalf("reconcile: %+v, %v", rep, err)
+	}
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status == mergequeue.StatusBounced || e.BaseRef != "stable" {
+		t.Errorf("#1 after the reconcile: %+v", e)
+	}
+}

@@ -187,6 +187,15 @@ func (r *run) reconcile(rep *Report) error {
 			rep.LabelRemovals = append(rep.LabelRemovals, e.pr)
 			continue
 		}
+		if pr != nil && labeled(pr) {
+			// Retargeted, its edited delivery missed (bounces), or its
+			// base branch renamed (follows it).
+			if done, err := r.baseChanged(e, pr); err != nil {
+				return err
+			} else if done {
+				continue
+			}
+		}
 		switch {
 		case pr == nil:
 			cur, err := r.getPull(e.pr)
@@ -213,11 +222,6 @@ func (r *run) reconcile(rep *Report) error {
 			r.audit(AuditLeave, e.pr, e.sha, "closed (found by reconcile)"+fate.detail())
 		case !labeled(pr):
 			if err := r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)"); err != nil {
-				return err
-			}
-		case e.base != "" && pr.GetBase().GetRef() != "" && pr.GetBase().GetRef() != e.base:
-			// Retargeted, its edited delivery missed.
-			if err := r.retargeted(e, pr); err != nil {
 				return err
 			}
 		case pr.GetHead().GetSHA() != e.sha:

@@ -1,6 +1,7 @@
 package mergequeue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -392,8 +393,9 @@ func (r *run) reevaluate(n int, pusher string) error {
 			return r.pushedByOther(e, pr, pusher, perm)
 		}
 	}
-	if b := pr.GetBase().GetRef(); b != "" && e.base != "" && b != e.base {
-		return r.retargeted(e, pr) // its edited delivery is late or lost
+	// Its edited delivery may be late or lost.
+	if done, err := r.baseChanged(e, pr); err != nil || done {
+		return err
 	}
 	return r.moveTo(e, pr)
 }
@@ -406,7 +408,56 @@ func (r *run) retargetEvent(n int) error {
 	if e == nil || err != nil {
 		return err
 	}
-	return r.retargeted(e, pr)
+	_, err = r.baseChanged(e, pr)
+	return err
+}
+
+// baseChanged applies a change of e's base branch, as its pull request pr
+// has it now, and reports whether it took e out of the queue. A base
+// branch renamed is the same branch: GitHub retargets the open pull
+// requests of a renamed branch to its new name (with pull_request edited,
+// as for a change of base), and e follows it. Another branch: e bounces
+// (retargeted).
+func (r *run) baseChanged(e *entry, pr *github.PullRequest) (bool, error) {
+	base := pr.GetBase().GetRef()
+	if base == "" || e.base == "" || base == e.base {
+		return false, nil
+	}
+	renamed, err := r.branchRenamedTo(e.base, base)
+	if err != nil {
+		return false, err
+	}
+	if renamed {
+		r.logInfo("base branch renamed", "mergequeue.base_renamed", e.pr, zap.String("from", e.base), zap.String("to", base))
+		e.base, e.dirty = base, true
+		return false, nil
+	}
+	return true, r.retargeted(e, pr)
+}
+
+// maxBranchRedirects bounds the redirects branchRenamedTo follows (a
+// branch renamed more than once).
+const maxBranchRedirects = 5
+
+// branchRenamedTo reports whether branch old was renamed to base: GitHub
+// answers the old name of a renamed branch with a redirect to the new one
+// (a branch deleted, as when the one a pull request was stacked on merged,
+// is not found; one still there answers as itself).
+func (r *run) branchRenamedTo(old, base string) (bool, error) {
+	gh, err := r.github()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.q.cfg.GitHubTimeout)
+	defer cancel()
+	b, resp, err := gh.Repositories.GetBranch(ctx, r.owner, r.name, old, maxBranchRedirects)
+	if isNotFound(resp) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read branch %s: %w", old, err)
+	}
+	return b.GetName() == base, nil
 }
 
 // openEntry returns pull request n's entry, unless bounced, with the pull
