@@ -14,7 +14,9 @@
 // if asked). Every REST call checks its token: expired or unknown is 401, a
 // repository outside the token's installation is 404, a missing permission
 // 403, a suspended installation 403, a write to an archived repository
-// 403.
+// 403. A renamed repository's old name (RenameRepo) is redirected to its
+// new one, 301 for GET and HEAD and 307 for other methods, until a
+// repository is created under the old name.
 //
 // REST routes (also under /api/v3, as GitHub Enterprise Server has them):
 // GET /app, /app/installations[/{id}], /installation/repositories,
@@ -77,7 +79,7 @@
 // Tests shape "GitHub" through the Go API (AddRepo, AddPull, AddIssue,
 // AddLabel, AddComment, PushPull, ClosePull, SetPullBase, SetRef, RenameBranch,
 // AddCommit, SetStatus, AddCheckRun, CompleteCheckRun, SetRequiredChecks,
-// SetPermission, DeleteIssue, ArchiveRepo, SuspendInstallation,
+// SetPermission, DeleteIssue, ArchiveRepo, RenameRepo, SuspendInstallation,
 // DeleteInstallation, …) and inspect it (Pull, Issue, Ref, Effects,
 // Deliveries). Scripts use the same operations over the admin
 // API under /_ghsim/, which has no authentication: the simulator listens on

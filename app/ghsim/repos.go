@@ -18,8 +18,10 @@ type user struct {
 	json  json.RawMessage // its simple-user representation
 }
 
-// repo is one repository. Its identity fields are fixed at creation; its
-// content (issues, pull requests, refs, commits, statuses, checks) is
+// repo is one repository. Its identity fields are fixed at creation,
+// except that RenameRepo changes the name ones (name, fullName, json,
+// archivedJSON, minimal) holding both mu and Sim.mu, so that every request
+// resolved after it sees the new name; its content (issues, pull requests, refs, commits, statuses, checks) is
 // guarded by mu, which is held for the whole of a mutation so that a
 // mutation, its effect record and its webhooks are applied atomically and
 // in one order.
@@ -199,6 +201,50 @@ func (s *Sim) ArchiveRepo(owner, name string, archived bool, sender string) erro
 	return nil
 }
 
+// RenameRepo renames owner/name to owner/newName as its owner would,
+// emitting repository "renamed" (changes.repository.name.from is the old
+// name). As on GitHub, the repository keeps its ID and content, and the
+// REST API redirects requests under the old name to it (301 for GET and
+// HEAD, 307 for other methods, which clients repeat with their body) until
+// a repository is created under the old name.
+func (s *Sim) RenameRepo(owner, name, newName, sender string) error {
+	if newName == "" || strings.Contains(newName, "/") {
+		return fmt.Errorf("ghsim: invalid repository name %q: %w", newName, ErrInvalid)
+	}
+	r, err := s.lookupRepo(owner, name)
+	if err != nil {
+		return err
+	}
+	who := s.sender(sender)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.mu.Lock()
+	oldName, oldKey, newKey := r.name, repoKey(r.owner.login, r.name), repoKey(r.owner.login, newName)
+	if other, taken := s.repos[newKey]; taken && other != r {
+		s.mu.Unlock()
+		return fmt.Errorf("ghsim: repository %s/%s: %w", r.owner.login, newName, ErrExists)
+	}
+	delete(s.repos, oldKey)
+	delete(s.movedRepos, newKey)
+	s.repos[newKey] = r
+	if oldKey != newKey {
+		s.movedRepos[oldKey] = r
+	}
+	r.name, r.fullName = newName, r.owner.login+"/"+newName
+	m := s.renderRepo(r)
+	r.json = mustJSON(m)
+	m["archived"] = true
+	r.archivedJSON = mustJSON(m)
+	r.minimal = mustJSON(map[string]any{
+		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName, "private": false,
+	})
+	s.mu.Unlock()
+	s.emitRepoLocked(r, "repository", "renamed", who, map[string]any{
+		"changes": map[string]any{"repository": map[string]any{"name": map[string]any{"from": oldName}}},
+	})
+	return nil
+}
+
 // RemoveRepo takes owner/name out of its installation (the App loses access
 // to it) and emits installation_repositories "removed".
 func (s *Sim) RemoveRepo(owner, name string) error {
@@ -265,6 +311,7 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 	root := r.addCommit(s, "", nil, "Initial commit", now)
 	r.refs["heads/"+defaultBranch] = root.sha
 	s.repos[repoKey(owner, name)] = r
+	delete(s.movedRepos, repoKey(owner, name)) // GitHub's redirect ends with the name's reuse
 	s.reposByID[r.id] = r
 	return r
 }

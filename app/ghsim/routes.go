@@ -229,21 +229,57 @@ func dropConnection(w http.ResponseWriter) {
 }
 
 // resolveRepo finds the repository of the route and checks that the token
-// reaches it; GitHub answers 404 for a repository a token cannot see.
+// reaches it; GitHub answers 404 for a repository a token cannot see. A
+// former name of a repository (RenameRepo) the token reaches is
+// redirected to the repository's name now, 301 for GET and HEAD and 307
+// for other methods, as GitHub does (GitHub's Location is
+// /repositories/{id}/…, which the simulator does not serve; clients
+// follow either alike).
 func (s *Sim) resolveRepo(c *call) (response, bool) {
 	owner, name := c.r.PathValue("owner"), c.r.PathValue("repo")
 	s.mu.RLock()
-	r, ok := s.repos[repoKey(owner, name)]
+	key := repoKey(owner, name)
+	r, ok := s.repos[key]
+	moved := false
+	if !ok {
+		r, moved = s.movedRepos[key]
+		ok = moved
+	}
 	var reach bool
+	var fullName string
 	if ok {
 		reach = r.installationID == c.instN && c.tok.reaches(r.id)
+		fullName = r.fullName
 	}
 	s.mu.RUnlock()
 	if !ok || !reach {
 		return notFound(), false
 	}
+	if moved {
+		return s.redirect(c, fullName), false
+	}
 	c.repo = r
 	return response{}, true
+}
+
+// redirect answers a request under a repository's former name with the
+// same request under fullName.
+func (s *Sim) redirect(c *call, fullName string) response {
+	// /repos/{owner}/{repo}/rest…, as the client escaped it.
+	parts := strings.SplitN(strings.TrimPrefix(c.r.URL.EscapedPath(), "/repos/"), "/", 3)
+	loc := s.url + "/repos/" + fullName
+	if len(parts) == 3 {
+		loc += "/" + parts[2]
+	}
+	if c.r.URL.RawQuery != "" {
+		loc += "?" + c.r.URL.RawQuery
+	}
+	status, msg := http.StatusTemporaryRedirect, "Temporary Redirect"
+	if c.r.Method == http.MethodGet || c.r.Method == http.MethodHead {
+		status, msg = http.StatusMovedPermanently, "Moved Permanently"
+	}
+	return response{status: status, header: http.Header{"Location": {loc}},
+		body: map[string]any{"message": msg, "url": loc, "documentation_url": docsRoot + "/guides/best-practices-for-using-the-rest-api#follow-redirects"}}
 }
 
 // applied records that this call applied a mutation to resource. The caller

@@ -86,6 +86,7 @@ type Sim struct {
 	installations map[int64]*installation
 	repos         map[string]*repo // by lower-case "owner/name"
 	reposByID     map[int64]*repo
+	movedRepos    map[string]*repo // former names, redirected: by lower-case "owner/name"
 	users         map[string]*user // by lower-case login
 	ciApp         *app
 
@@ -162,6 +163,7 @@ func New(cfg Config) (*Sim, error) {
 		installations: map[int64]*installation{},
 		repos:         map[string]*repo{},
 		reposByID:     map[int64]*repo{},
+		movedRepos:    map[string]*repo{},
 		users:         map[string]*user{},
 	}
 	s.nextID.Store(1000)
