@@ -35,7 +35,9 @@
 // installation's current state from GitHub rather than trusting the
 // event), and resyncs from GitHub hourly. InstallationOf
 // returns forbidden for repositories baton is not installed on, or whose
-// installation is suspended.
+// installation is suspended; a renamed repository's former names resolve
+// to its installation (GitHub redirects them) until another repository
+// takes them, except for the merge queue (Installations.CurrentNames).
 //
 // # Setup
 //

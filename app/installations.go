@@ -124,7 +124,8 @@ type Installations struct {
 	// resync's snapshot cannot overwrite a newer event.
 	mu sync.Mutex
 
-	cache repoCache // InstallationOf's answers
+	cache        repoCache // InstallationOf's answers
+	currentCache repoCache // CurrentNames().InstallationOf's
 
 	lifeMu  sync.Mutex
 	started bool
@@ -210,24 +211,61 @@ func (in *Installations) Stop(ctx context.Context) error {
 	return lifecycle.Wait(ctx, &in.wg)
 }
 
-// InstallationOf returns the installation that covers owner/repo. A
+// InstallationOf returns the installation that covers owner/repo: the one
+// that has the repository, or, for a former name of a repository the
+// registry has (it was renamed, and no repository baton knows has taken
+// the name since), the one that has that repository now, as GitHub
+// redirects the old name to it. A
 // repository baton is not installed on is a forbidden error ("baton is not
 // installed on owner/repo"), and so is one whose installation is suspended
 // ("installation N is suspended", matching ErrInstallationUnavailable).
 func (in *Installations) InstallationOf(ctx context.Context, owner, repo string) (int64, error) {
+	return in.installationOf(ctx, owner, repo, true)
+}
+
+// CurrentNames is the registry resolving repositories by the names they
+// have now only, never a former name: for the merge queue, whose state is
+// kept per repository name, so that a queue left under a repository's old
+// name is not worked on (through GitHub's redirect) beside the queue of
+// its new name.
+func (in *Installations) CurrentNames() CurrentNames { return CurrentNames{in} }
+
+// CurrentNames resolves repositories by their current names (see
+// Installations.CurrentNames).
+type CurrentNames struct{ in *Installations }
+
+// InstallationOf is Installations.InstallationOf without former names.
+func (c CurrentNames) InstallationOf(ctx context.Context, owner, repo string) (int64, error) {
+	return c.in.installationOf(ctx, owner, repo, false)
+}
+
+func (in *Installations) installationOf(ctx context.Context, owner, repo string, aliases bool) (int64, error) {
 	full := owner + "/" + repo
 	key := strings.ToLower(full)
-	a, ok := in.cache.get(key)
+	cache := &in.cache
+	if !aliases {
+		cache = &in.currentCache
+	}
+	a, ok := cache.get(key)
 	if !ok {
-		gen := in.cache.gen.Load()
+		gen := cache.gen.Load()
 		err := in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM installation_repositories r
 			JOIN installations i ON i.id = r.installation_id
 			WHERE r.name_key = ? AND i.deleted_at IS NULL`, key).Scan(&a.id, &a.suspended)
+		if aliases && errors.Is(err, sql.ErrNoRows) {
+			// A former name of a renamed repository: GitHub redirects it
+			// to the repository, so it is covered by the installation
+			// that has the repository.
+			err = in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM repository_aliases a
+				JOIN installation_repositories r ON r.repository_id = a.repository_id
+				JOIN installations i ON i.id = r.installation_id
+				WHERE a.name_key = ? AND i.deleted_at IS NULL LIMIT 1`, key).Scan(&a.id, &a.suspended)
+		}
 		a.missing = errors.Is(err, sql.ErrNoRows)
 		if err != nil && !a.missing {
 			return 0, fmt.Errorf("app: look up the installation of %s: %w", full, err)
 		}
-		in.cache.put(key, a, gen)
+		cache.put(key, a, gen)
 	}
 	if a.missing {
 		return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s", full)
@@ -472,25 +510,36 @@ func removeReposTx(tx *sqlite.Tx, id int64, repos []installationRepo, now time.T
 }
 
 // replaceReposTx makes repos the whole set of an installation's
-// repositories.
+// repositories. A repository it had under another name (by ID: a rename
+// whose webhook was missed) keeps that name as an alias.
 func replaceReposTx(tx *sqlite.Tx, id int64, repos []installationRepo, now time.Time) error {
 	want := make(map[string]bool, len(repos))
+	wantIDs := make(map[int64]bool, len(repos))
 	for _, r := range repos {
 		want[strings.ToLower(r.fullName)] = true
+		if r.id != 0 {
+			wantIDs[r.id] = true
+		}
 	}
-	rows, err := tx.Query(`SELECT name_key, full_name FROM installation_repositories WHERE installation_id = ?`, id)
+	rows, err := tx.Query(`SELECT name_key, full_name, repository_id FROM installation_repositories WHERE installation_id = ?`, id)
 	if err != nil {
 		return err
 	}
-	var gone []installationRepo
+	var gone, renamed []installationRepo
 	for rows.Next() {
-		var key, name string
-		if err := rows.Scan(&key, &name); err != nil {
+		var (
+			key string
+			r   installationRepo
+		)
+		if err := rows.Scan(&key, &r.fullName, &r.id); err != nil {
 			rows.Close()
 			return err
 		}
 		if !want[key] {
-			gone = append(gone, installationRepo{fullName: name})
+			gone = append(gone, r)
+			if wantIDs[r.id] {
+				renamed = append(renamed, r)
+			}
 		}
 	}
 	err = rows.Err()
@@ -501,7 +550,43 @@ func replaceReposTx(tx *sqlite.Tx, id int64, repos []installationRepo, now time.
 	if err := removeReposTx(tx, id, gone, now); err != nil {
 		return err
 	}
+	if err := addAliasesTx(tx, renamed, now); err != nil {
+		return err
+	}
 	_, err = addReposTx(tx, id, repos, now)
+	return err
+}
+
+// addAliasesTx records the former names of renamed repositories, each
+// resolving to the repository of its ID. A repository without an ID gets
+// none.
+func addAliasesTx(tx *sqlite.Tx, old []installationRepo, now time.Time) error {
+	for _, r := range old {
+		if r.id == 0 || !validRepoName(r.fullName) {
+			continue
+		}
+		if _, err := tx.Exec(`INSERT INTO repository_aliases (name_key, full_name, repository_id, created_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name_key) DO UPDATE SET full_name = excluded.full_name, repository_id = excluded.repository_id,
+				created_at = excluded.created_at`,
+			strings.ToLower(r.fullName), r.fullName, r.id, now.UnixMicro()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneAliasesTx drops the aliases that no longer stand: a name a
+// repository of the registry has now (another repository took it, or the
+// repository got it back), and the former names of a repository no
+// installation in force has under the same owner (it left the App, was
+// deleted, or moved to another account: a transfer or an account rename,
+// whose old names are not kept). Every write of the registry ends with it.
+func pruneAliasesTx(tx *sqlite.Tx) error {
+	_, err := tx.Exec(`DELETE FROM repository_aliases
+		WHERE name_key IN (SELECT name_key FROM installation_repositories)
+		OR NOT EXISTS (SELECT 1 FROM installation_repositories r JOIN installations i ON i.id = r.installation_id
+			WHERE r.repository_id = repository_aliases.repository_id AND i.deleted_at IS NULL
+			AND substr(r.name_key, 1, instr(r.name_key, '/')) = substr(repository_aliases.name_key, 1, instr(repository_aliases.name_key, '/')))`)
 	return err
 }
 

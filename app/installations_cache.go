@@ -68,10 +68,17 @@ func (c *repoCache) invalidate() {
 	c.mu.Unlock()
 }
 
-// write runs fn in a write transaction and then forgets the cached
+// write runs fn in a write transaction, dropping the repository aliases
+// fn's changes ended (pruneAliasesTx), and then forgets the cached
 // answers, whatever the outcome (a failed commit may still have changed
 // the file). Every change to the registry's tables goes through it.
 func (in *Installations) write(ctx context.Context, fn func(*sqlite.Tx) error) error {
+	defer in.currentCache.invalidate()
 	defer in.cache.invalidate()
-	return in.db.Write(ctx, fn)
+	return in.db.Write(ctx, func(tx *sqlite.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return pruneAliasesTx(tx)
+	})
 }

@@ -259,10 +259,21 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND repository_id = ?`, id, repo.id); err != nil {
 				return err
 			}
+			// GitHub redirects the old name to the repository: operations
+			// queued or submitted under it still run.
+			aliases := old
+			for i := range aliases {
+				aliases[i].id = repo.id
+			}
+			if err := addAliasesTx(tx, aliases, now); err != nil {
+				return err
+			}
 		}
 		if p.Action == "transferred" && repo.id != 0 {
 			// Its old name, in whichever installation had it (marked
 			// changed, so that a resync under way does not put it back).
+			// The old name is not kept as an alias: it was another
+			// account's, and its operations ran as that installation.
 			key := strings.ToLower(repo.fullName)
 			if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
 				(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,

@@ -329,10 +329,12 @@ func TestInstallationsFollowRepositoryEvents(t *testing.T) {
 	post("r-1", "created", "octo/fresh", 9001, 1, "")
 	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 1, "")
 	post("r-2", "renamed", "octo/renamed", 9001, 1, "fresh")
-	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 0, "baton is not installed on octo/fresh")
 	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 1, "")
+	// GitHub redirects the old name to the repository: it still resolves.
+	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 1, "")
 	post("r-3", "deleted", "octo/renamed", 9001, 1, "")
 	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 0, "baton is not installed on octo/renamed")
+	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 0, "baton is not installed on octo/fresh")
 	post("r-4", "created", "elsewhere/x", 9002, 77, "") // an installation baton does not know
 	wantInstallationOf(t, ctx, e.inst, "elsewhere", "x", 0, "baton is not installed on elsewhere/x")
 	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")

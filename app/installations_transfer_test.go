@@ -45,8 +45,10 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 		}
 		e.waitSettled(ctx)
 	}
-	post("t-1", "created", "octo", "moving", 1, nil)
+	post("t-1", "created", "octo", "before", 1, nil)
+	post("t-1b", "renamed", "octo", "moving", 1, map[string]any{"repository": map[string]any{"name": map[string]any{"from": "before"}}})
 	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 1, "")
+	wantInstallationOf(t, ctx, e.inst, "octo", "before", 1, "")
 	old, err := e.inst.Installation(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,10 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 	post("t-2", "transferred", "acme", "moving", 2, map[string]any{"owner": map[string]any{"from": map[string]any{
 		"organization": map[string]any{"login": "octo", "id": 9201}}}})
 	wantInstallationOf(t, ctx, e.inst, "acme", "moving", 2, "")
+	// The old names were octo's: they are not carried to acme's
+	// installation.
 	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 0, "baton is not installed on octo/moving")
+	wantInstallationOf(t, ctx, e.inst, "octo", "before", 0, "baton is not installed on octo/before")
 	// The installation that lost it is marked changed: a resync that read
 	// GitHub before the event must not put the old name back.
 	if now, err := e.inst.Installation(ctx, 1); err != nil || !now.UpdatedAt.After(old.UpdatedAt) {

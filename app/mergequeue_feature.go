@@ -80,7 +80,7 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 		Leases:        s.coord,
 		Operations:    s.exec,
 		GitHub:        s.gh.Installation,
-		Installations: s.installs,
+		Installations: s.installs.CurrentNames(),
 		Repositories: func(ctx context.Context) ([]mergequeue.Repository, error) {
 			all, err := s.installs.ListInstallations(ctx)
 			if err != nil {
@@ -124,7 +124,7 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 // authorizeRepository lets a token read and reconcile a repository's
 // queue when it may act on the repository's installation.
 func (s *Server) authorizeRepository(r *http.Request, owner, repo string) error {
-	return authorizeRepositoryOf(r, s.installs, owner, repo)
+	return authorizeRepositoryOf(r, s.installs.CurrentNames(), owner, repo)
 }
 
 // authorizeRepositoryOf is authorizeRepository with the installations

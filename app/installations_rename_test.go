@@ -1,0 +1,197 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/schema"
+)
+
+// After GitHub renames a repository (repository.renamed), an automation
+// that still uses the old name keeps working, as it does against GitHub,
+// which redirects the old name: its operation resolves to the repository's
+// installation, and the call lands on the repository.
+func TestRenamedRepositoryOldNameStillRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServer(t, Config{Dev: true, DataDir: dir})
+	sim := srv.Simulator()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dev DevInfo
+	if b, err := os.ReadFile(filepath.Join(dir, DevFile)); err != nil || json.Unmarshal(b, &dev) != nil {
+		t.Fatalf("dev.json: %v", err)
+	}
+	c, err := client.New(dev.Server, client.WithToken(dev.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var demoID int64
+	for _, r := range sim.Repos() {
+		if r.FullName == "octo/demo" {
+			demoID = r.ID
+		}
+	}
+	if err := sim.RenameRepo("octo", "demo", "renamed", ""); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"action":       "renamed",
+		"changes":      map[string]any{"repository": map[string]any{"name": map[string]any{"from": "demo"}}},
+		"repository":   map[string]any{"id": demoID, "name": "renamed", "full_name": "octo/renamed", "owner": map[string]any{"login": "octo", "type": "Organization"}},
+		"installation": map[string]any{"id": 1},
+		"sender":       map[string]any{"login": "monalisa", "id": 1, "type": "User"},
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "repository")
+	req.Header.Set("X-GitHub-Delivery", "rename-1")
+	req.Header.Set("X-Hub-Signature-256", webhookSignature(sim.WebhookSecret(), body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("repository.renamed: %d", resp.StatusCode)
+	}
+	for {
+		ins, err := c.Installations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ins) == 1 && slices.Equal(ins[0].Repositories, []string{"octo/renamed"}) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the registry never learnt of the rename: %+v", ins)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	submit := func(key, id, text string) {
+		t.Helper()
+		op, _, err := c.Submit(ctx, client.SubmitRequest{IdempotencyKey: key, Action: schema.ActionComment,
+			Resource: schema.Resource{Type: "issue", ID: id}, Payload: json.RawMessage(`{"body":"` + text + `"}`)})
+		if err != nil {
+			t.Fatalf("submit on %s: %v", id, err)
+		}
+		done, err := c.Wait(ctx, op.OperationID, 20*time.Second)
+		if err != nil || done.Status != schema.StatusSucceeded || done.InstallationID != 1 {
+			t.Fatalf("operation on %s: %+v %v", id, done, err)
+		}
+	}
+	submit("old-name", "octo/demo#10", "under the old name")
+	submit("new-name", "octo/renamed#10", "under the new name")
+	is, err := sim.Issue("octo", "renamed", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, cm := range is.Comments {
+		text, _, _ := strings.Cut(cm.Body, "\n")
+		bodies = append(bodies, text)
+	}
+	if !slices.Contains(bodies, "under the old name") || !slices.Contains(bodies, "under the new name") {
+		t.Errorf("comments of octo/renamed#10 = %q", bodies)
+	}
+
+	// The merge queue keeps its state per repository name: it knows the
+	// repository by its name now only, and leaves a queue under the old
+	// name alone rather than work it through the redirect beside the new
+	// name's.
+	if _, err := c.Queue(ctx, "octo", "renamed"); err != nil {
+		t.Errorf("queue of octo/renamed: %v", err)
+	}
+	if _, err := c.Queue(ctx, "octo", "demo"); err == nil || !strings.Contains(err.Error(), "not installed on octo/demo") {
+		t.Errorf("queue of octo/demo after the rename: %v, want not installed", err)
+	}
+	if _, err := srv.installs.CurrentNames().InstallationOf(ctx, "octo", "demo"); schema.ErrorCode(err) != schema.CodeForbidden {
+		t.Errorf("CurrentNames().InstallationOf(octo/demo) = %v, want forbidden", err)
+	}
+
+	// The hourly resync keeps the old name: GitHub still redirects it.
+	if err := srv.installs.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := srv.installs.InstallationOf(ctx, "octo", "demo"); err != nil || id != 1 {
+		t.Errorf("octo/demo after a resync: %d, %v", id, err)
+	}
+	// Once another repository takes the name, GitHub no longer redirects
+	// it, and the name is that repository's.
+	if _, err := sim.AddRepo("octo", "demo", 7); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		id, err := srv.installs.InstallationOf(ctx, "octo", "demo")
+		if err == nil && id == 7 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("octo/demo after a new repository took the name: %d, %v", id, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A rename whose webhook was missed is found by the resync (the repository
+// is listed under another name with the same ID), and the old name is kept
+// as an alias all the same. The alias ends with the repository's stay in
+// the installation, and is not carried to another account.
+func TestInstallationsRenameAliasesFromResync(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	// The simulator does not send repository events to this App: the
+	// rename's webhook is as good as missed.
+	if err := e.sim.RenameRepo("octo", "demo", "renamed", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 1, "")
+	wantInstallationOf(t, ctx, e.inst, "OCTO", "Demo", 1, "")
+	if inst, err := e.inst.Installation(ctx, 1); err != nil || !slices.Equal(inst.Repositories, []string{"octo/renamed"}) {
+		t.Errorf("installation 1 = %+v, %v; the alias is not one of its repositories", inst, err)
+	}
+	// Renamed again: both former names lead to it.
+	if err := e.sim.RenameRepo("octo", "renamed", "third", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 1, "")
+	wantInstallationOf(t, ctx, e.inst, "octo", "third", 1, "")
+
+	// The repository leaves the installation: its names with it.
+	if err := e.sim.RemoveRepo("octo", "third"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	for _, name := range []string{"demo", "renamed", "third"} {
+		wantInstallationOf(t, ctx, e.inst, "octo", name, 0, "baton is not installed on octo/"+name)
+	}
+	// And coming back under its name now brings back none of the old.
+	if _, err := e.sim.AddRepo("octo", "third", 1); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	wantInstallationOf(t, ctx, e.inst, "octo", "third", 1, "")
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 0, "baton is not installed on octo/demo")
+}
