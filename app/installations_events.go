@@ -253,17 +253,28 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	if !known {
 		return nil // the resync will learn of the installation, with its repositories
 	}
+	// A renamed repository with an ID leaves its old name by that ID (a
+	// repository that took the name since, its event having come first, keeps
+	// it), and the old name stays as an alias: GitHub redirects it to the
+	// repository, so operations queued or submitted under it still run.
+	var aliases []installationRepo
+	if p.Action == "renamed" && repo.id != 0 {
+		for _, o := range old {
+			aliases = append(aliases, installationRepo{id: repo.id, fullName: o.fullName})
+		}
+		old = nil
+	}
 	now := in.cfg.Now()
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
 		if p.Action == "renamed" && repo.id != 0 {
 			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND repository_id = ?`, id, repo.id); err != nil {
 				return err
 			}
-			// GitHub redirects the old name to the repository: operations
-			// queued or submitted under it still run.
-			aliases := old
-			for i := range aliases {
-				aliases[i].id = repo.id
+			for _, a := range aliases {
+				if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND name_key = ? AND repository_id = 0`,
+					id, strings.ToLower(a.fullName)); err != nil {
+					return err
+				}
 			}
 			if err := addAliasesTx(tx, aliases, now); err != nil {
 				return err

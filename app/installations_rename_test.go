@@ -195,3 +195,53 @@ func TestInstallationsRenameAliasesFromResync(t *testing.T) {
 	wantInstallationOf(t, ctx, e.inst, "octo", "third", 1, "")
 	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 0, "baton is not installed on octo/demo")
 }
+
+// GitHub does not deliver in order: a repository created under a name
+// that another repository of the installation gave up can arrive before
+// that repository's rename. The rename then takes nothing from the new
+// repository.
+func TestInstallationsRenameAfterTheNameWasTaken(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	post := func(id, action, name string, repoID float64, from string) {
+		t.Helper()
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = "octo/"+name, name, repoID
+		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": 1, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
+		if from != "" {
+			p["changes"] = map[string]any{"repository": map[string]any{"name": map[string]any{"from": from}}}
+		}
+		body, _ := json.Marshal(p)
+		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", id, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+	}
+	post("n-1", "created", "fresh", 9001, "")
+	post("n-2", "created", "fresh", 9003, "")        // took the name: delivered before…
+	post("n-3", "renamed", "renamed", 9001, "fresh") // …the rename that freed it
+	inst, err := e.inst.Installation(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"octo/demo", "octo/fresh", "octo/renamed"}; !slices.Equal(inst.Repositories, want) {
+		t.Errorf("repositories = %q, want %q", inst.Repositories, want)
+	}
+	var id int64
+	if err := e.db.QueryRow(ctx, `SELECT repository_id FROM installation_repositories WHERE name_key = 'octo/fresh'`).Scan(&id); err != nil || id != 9003 {
+		t.Errorf("octo/fresh is repository %d (%v), want 9003", id, err)
+	}
+}
