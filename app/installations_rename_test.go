@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -92,6 +93,23 @@ func TestRenamedRepositoryOldNameStillRuns(t *testing.T) {
 	}
 	submit("old-name", "octo/demo#10", "under the old name")
 	submit("new-name", "octo/renamed#10", "under the new name")
+	// A token bound to the repository's installation may use the old
+	// name; one bound to another installation may not.
+	for inst, wantOK := range map[int64]bool{1: true, 2: false} {
+		tok, _, err := srv.Tokens().CreateToken(ctx, TokenSpec{Actor: "automation", Installations: []int64{inst}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound, err := client.New(dev.Server, client.WithToken(tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = bound.Submit(ctx, client.SubmitRequest{IdempotencyKey: fmt.Sprintf("bound-%d", inst), Action: schema.ActionComment,
+			Resource: schema.Resource{Type: "issue", ID: "octo/demo#10"}, Payload: json.RawMessage(`{"body":"bound"}`)})
+		if (err == nil) != wantOK {
+			t.Errorf("token bound to installation %d, under the old name: %v", inst, err)
+		}
+	}
 	is, err := sim.Issue("octo", "renamed", 10)
 	if err != nil {
 		t.Fatal(err)
