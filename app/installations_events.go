@@ -251,7 +251,15 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		return err
 	}
 	if !known {
-		return nil // the resync will learn of the installation, with its repositories
+		// The resync will learn of the installation, with its
+		// repositories; a repository transferred to it has left the one
+		// that had it already.
+		if p.Action == "transferred" && repo.id != 0 {
+			if err := in.write(ctx, func(tx *sqlite.Tx) error { return leaveForTransferTx(tx, repo, in.cfg.Now()) }); err != nil {
+				return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
+			}
+		}
+		return nil
 	}
 	// A renamed repository with an ID leaves its old name by that ID (a
 	// repository that took the name since, its event having come first, keeps
@@ -281,17 +289,7 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 			}
 		}
 		if p.Action == "transferred" && repo.id != 0 {
-			// Its old name, in whichever installation had it (marked
-			// changed, so that a resync under way does not put it back).
-			// The old name is not kept as an alias: it was another
-			// account's, and its operations ran as that installation.
-			key := strings.ToLower(repo.fullName)
-			if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
-				(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,
-				now.UnixMicro(), repo.id, key); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key); err != nil {
+			if err := leaveForTransferTx(tx, repo, now); err != nil {
 				return err
 			}
 		}
@@ -311,6 +309,22 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		zap.String(logKeyDeliveryID, d.ID), zap.Int64(logKeyInstallation, id), zap.String(logKeyAction, p.Action),
 		zap.String(logKeyRepository, repo.fullName))
 	return nil
+}
+
+// leaveForTransferTx removes repo, transferred to another account, from
+// under its old name, in whichever installation had it (marked changed, so
+// that a resync under way does not put it back). The old name is not kept
+// as an alias: it was another account's, and its operations ran as that
+// installation.
+func leaveForTransferTx(tx *sqlite.Tx, repo installationRepo, now time.Time) error {
+	key := strings.ToLower(repo.fullName)
+	if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
+		(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,
+		now.UnixMicro(), repo.id, key); err != nil {
+		return err
+	}
+	_, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
+	return err
 }
 
 // refreshLocked records installation id as GitHub has it now (GET

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -21,30 +22,7 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 	if err := e.inst.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	base := lastSimPayload(t, e.sim, "issue_comment")
-	post := func(id, action, owner, name string, installation float64, changes map[string]any) {
-		t.Helper()
-		repo := map[string]any{}
-		for k, v := range base["repository"].(map[string]any) {
-			repo[k] = v
-		}
-		repo["full_name"], repo["name"], repo["id"] = owner+"/"+name, name, float64(9101)
-		repo["owner"] = map[string]any{"login": owner, "id": 9200 + installation, "type": "Organization"}
-		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
-			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
-		if changes != nil {
-			p["changes"] = changes
-		}
-		body, _ := json.Marshal(p)
-		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("post %s: %d", id, resp.StatusCode)
-		}
-		e.waitSettled(ctx)
-	}
+	post := repositoryEventPoster(t, ctx, e)
 	post("t-1", "created", "octo", "before", 1, nil)
 	post("t-1b", "renamed", "octo", "moving", 1, map[string]any{"repository": map[string]any{"name": map[string]any{"from": "before"}}})
 	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 1, "")
@@ -67,5 +45,57 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 	}
 	if rec, _ := e.ledger.Get(ctx, "t-2"); rec.State != DeliveryHandled {
 		t.Errorf("t-2: %+v", rec)
+	}
+}
+
+// repositoryEventPoster returns a function that posts a signed repository
+// event for repository 9101 (the fields GitHub sends, taken from a real
+// delivery of the simulator) and waits for it to be handled.
+func repositoryEventPoster(t *testing.T, ctx context.Context, e *hookEnv) func(id, action, owner, name string, installation float64, changes map[string]any) {
+	t.Helper()
+	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	return func(id, action, owner, name string, installation float64, changes map[string]any) {
+		t.Helper()
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = owner+"/"+name, name, float64(9101)
+		repo["owner"] = map[string]any{"login": owner, "id": 9200 + installation, "type": "Organization"}
+		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
+		if changes != nil {
+			p["changes"] = changes
+		}
+		body, _ := json.Marshal(p)
+		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", id, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+	}
+}
+
+// A repository transferred to an installation baton does not know yet
+// (its installation event is still to come) leaves the installation that
+// had it at once; the resync adds it to the new one later.
+func TestInstallationsTransferToAnUnknownInstallation(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	post := repositoryEventPoster(t, ctx, e)
+	post("u-1", "created", "octo", "moving", 1, nil)
+	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 1, "")
+	post("u-2", "transferred", "acme", "moving", 77, nil)
+	wantInstallationOf(t, ctx, e.inst, "octo", "moving", 0, "baton is not installed on octo/moving")
+	if rec, _ := e.ledger.Get(ctx, "u-2"); rec.State != DeliveryHandled {
+		t.Errorf("u-2: %+v", rec)
 	}
 }
