@@ -86,19 +86,7 @@ func TestReconcileAllFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
 	ctx := context.Background()
 	var sim atomic.Pointer[ghsim.Sim]
 	s := newStack(t, stackOptions{mq: func(c *mergequeue.Config) {
-		// As the server lists them: the repositories of the installations
-		// in force.
-		c.Repositories = func(context.Context) ([]mergequeue.Repository, error) {
-			var out []mergequeue.Repository
-			for _, in := range sim.Load().Installations() {
-				for _, r := range in.Repositories {
-					if !in.Suspended {
-						out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: r})
-					}
-				}
-			}
-			return out, nil
-		}
+		c.Repositories = simInstallations{&sim}.Repositories
 	}})
 	sim.Store(s.sim)
 	const repo = "reinstalled"
@@ -154,6 +142,20 @@ func (r simInstallations) InstallationOf(_ context.Context, owner, repo string) 
 	return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s/%s", owner, repo)
 }
 
+// Repositories lists the repositories of the installations in force, as
+// the server does for the merge queue's reconcile.
+func (r simInstallations) Repositories(context.Context) ([]mergequeue.Repository, error) {
+	var out []mergequeue.Repository
+	for _, in := range r.sim.Load().Installations() {
+		for _, full := range in.Repositories {
+			if !in.Suspended {
+				out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: full})
+			}
+		}
+	}
+	return out, nil
+}
+
 // POST …/queue/reconcile of a repository whose App was installed again
 // reconciles it as the new installation; one that no installation has any
 // more is a clear 403, not a 500 from GitHub refusing the old one.
@@ -203,17 +205,7 @@ func TestReconcileAllLeavesAnUninstalledRepositoryAlone(t *testing.T) {
 	var sim atomic.Pointer[ghsim.Sim]
 	s := newStack(t, stackOptions{mq: func(c *mergequeue.Config) {
 		c.Installations = simInstallations{&sim}
-		c.Repositories = func(context.Context) ([]mergequeue.Repository, error) {
-			var out []mergequeue.Repository
-			for _, in := range sim.Load().Installations() {
-				for _, r := range in.Repositories {
-					if !in.Suspended {
-						out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: r})
-					}
-				}
-			}
-			return out, nil
-		}
+		c.Repositories = simInstallations{&sim}.Repositories
 	}})
 	sim.Store(s.sim)
 	const repo = "uninstalled"
