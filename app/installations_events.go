@@ -273,8 +273,28 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		old = nil
 	}
 	now := in.cfg.Now()
+	late := false
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
+		late = false
 		if p.Action == "renamed" && repo.id != 0 {
+			// The registry has the repository under a third name: this
+			// rename came after a later one (GitHub does not deliver in
+			// order), or one before it was missed. Which name is the
+			// repository's now is GitHub's to say (refreshed below); the
+			// event's names are both names of it, kept as aliases.
+			from := strings.ToLower(repo.fullName)
+			if len(aliases) > 0 {
+				from = strings.ToLower(aliases[0].fullName)
+			}
+			var other bool
+			if err := tx.QueryRow(`SELECT COUNT(*) > 0 FROM installation_repositories WHERE installation_id = ? AND repository_id = ?
+				AND name_key NOT IN (?, ?)`, id, repo.id, strings.ToLower(repo.fullName), from).Scan(&other); err != nil {
+				return err
+			}
+			if other {
+				late = true
+				return addAliasesTx(tx, append(aliases[:len(aliases):len(aliases)], repo), now)
+			}
 			if _, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND repository_id = ?`, id, repo.id); err != nil {
 				return err
 			}
@@ -302,6 +322,13 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		}
 		return nil
 	})
+	if err == nil && late {
+		if _, err = in.refreshLocked(ctx, id); err == nil {
+			in.log.Info("rename out of order with the registry: installation read again from GitHub", zap.String(logKeyEvent, "installations.updated"),
+				zap.String(logKeyDeliveryID, d.ID), zap.Int64(logKeyInstallation, id))
+			return nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("app: apply repository.%s to installation %d: %w", p.Action, id, err)
 	}

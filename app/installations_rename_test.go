@@ -263,3 +263,66 @@ func TestInstallationsRenameAfterTheNameWasTaken(t *testing.T) {
 		t.Errorf("octo/fresh is repository %d (%v), want 9003", id, err)
 	}
 }
+
+// A rename delivered late (after a later rename of the same repository)
+// does not take the repository's name now from the registry: both names
+// of the late event are former names, and stay aliases.
+func TestInstallationsRenameDeliveredLate(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	post := func(id, action, name string, repoID float64, from string) {
+		t.Helper()
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = "octo/"+name, name, repoID
+		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": 1, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
+		if from != "" {
+			p["changes"] = map[string]any{"repository": map[string]any{"name": map[string]any{"from": from}}}
+		}
+		body, _ := json.Marshal(p)
+		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", id, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+	}
+	r, err := e.sim.AddRepo("octo", "first", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	wantInstallationOf(t, ctx, e.inst, "octo", "first", 1, "")
+	// Renamed twice on GitHub; the simulator sends this App no repository
+	// events, so they are posted here, the second one first.
+	for _, n := range [][2]string{{"first", "second"}, {"second", "third"}} {
+		if err := e.sim.RenameRepo("octo", n[0], n[1], ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post("l-3", "renamed", "third", float64(r.ID), "second") // delivered before…
+	post("l-2", "renamed", "second", float64(r.ID), "first") // …the rename before it
+	inst, err := e.inst.Installation(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"octo/demo", "octo/third"}; !slices.Equal(inst.Repositories, want) {
+		t.Errorf("repositories = %q, want %q", inst.Repositories, want)
+	}
+	for _, name := range []string{"first", "second", "third"} {
+		wantInstallationOf(t, ctx, e.inst, "octo", name, 1, "")
+	}
+	if _, err := e.inst.CurrentNames().InstallationOf(ctx, "octo", "third"); err != nil {
+		t.Errorf("CurrentNames().InstallationOf(octo/third) = %v", err)
+	}
+}
