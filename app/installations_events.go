@@ -255,7 +255,16 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		// repositories; a repository transferred to it has left the one
 		// that had it already.
 		if p.Action == "transferred" && repo.id != 0 {
-			if err := in.write(ctx, func(tx *sqlite.Tx) error { return leaveForTransferTx(tx, repo, in.cfg.Now()) }); err != nil {
+			var left []int64
+			err := in.write(ctx, func(tx *sqlite.Tx) error {
+				var err error
+				left, err = leaveForTransferTx(tx, repo, in.cfg.Now())
+				return err
+			})
+			if err == nil {
+				err = in.refreshLeftLocked(ctx, left)
+			}
+			if err != nil {
 				return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
 			}
 		}
@@ -274,8 +283,9 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	}
 	now := in.cfg.Now()
 	late := false
+	var left []int64
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
-		late = false
+		late, left = false, nil
 		if p.Action == "renamed" && repo.id != 0 {
 			// The registry has the repository under a third name: this
 			// rename came after a later one (GitHub does not deliver in
@@ -309,7 +319,8 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 			}
 		}
 		if p.Action == "transferred" && repo.id != 0 {
-			if err := leaveForTransferTx(tx, repo, now); err != nil {
+			var err error
+			if left, err = leaveForTransferTx(tx, repo, now); err != nil {
 				return err
 			}
 		}
@@ -322,6 +333,9 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		}
 		return nil
 	})
+	if err == nil {
+		err = in.refreshLeftLocked(ctx, left)
+	}
 	if err == nil && late {
 		if _, err = in.refreshLocked(ctx, id); err == nil {
 			in.log.Info("rename out of order with the registry: installation read again from GitHub", zap.String(logKeyEvent, "installations.updated"),
@@ -340,18 +354,50 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 
 // leaveForTransferTx removes repo, transferred to another account, from
 // under its old name, in whichever installation had it (marked changed, so
-// that a resync under way does not put it back). The old name is not kept
-// as an alias: it was another account's, and its operations ran as that
-// installation.
-func leaveForTransferTx(tx *sqlite.Tx, repo installationRepo, now time.Time) error {
+// that a resync under way does not put it back), and returns those
+// installations. The old name is not kept as an alias: it was another
+// account's, and its operations ran as that installation.
+func leaveForTransferTx(tx *sqlite.Tx, repo installationRepo, now time.Time) ([]int64, error) {
 	key := strings.ToLower(repo.fullName)
+	rows, err := tx.Query(`SELECT DISTINCT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
+	if err != nil {
+		return nil, err
+	}
+	var left []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		left = append(left, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil || len(left) == 0 {
+		return nil, err
+	}
 	if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
 		(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,
 		now.UnixMicro(), repo.id, key); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
-	return err
+	_, err = tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
+	return left, err
+}
+
+// refreshLeftLocked reads again from GitHub the installations a
+// transferred repository was taken from: a transferred event delivered
+// late (the repository has come back since, or a failed delivery was
+// redelivered) must not take away a repository GitHub lists in one of them
+// now. The caller holds in.mu.
+func (in *Installations) refreshLeftLocked(ctx context.Context, left []int64) error {
+	for _, id := range left {
+		if _, err := in.refreshLocked(ctx, id); err != nil {
+			return fmt.Errorf("read installation %d again: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // refreshLocked records installation id as GitHub has it now (GET

@@ -99,3 +99,52 @@ func TestInstallationsTransferToAnUnknownInstallation(t *testing.T) {
 		t.Errorf("u-2: %+v", rec)
 	}
 }
+
+// A transferred event delivered late (the repository has come back since,
+// or a failed delivery redelivered) does not take the repository from the
+// installation GitHub lists it in now, known receiving installation or
+// not.
+func TestInstallationsLateTransferKeepsTheRepository(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var demoID int64
+	for _, r := range e.sim.Repos() {
+		if r.FullName == "octo/demo" {
+			demoID = r.ID
+		}
+	}
+	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	for i, installation := range []float64{77, 2} {
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = "acme/demo", "demo", float64(demoID)
+		repo["owner"] = map[string]any{"login": "acme", "id": 9300, "type": "Organization"}
+		body, _ := json.Marshal(map[string]any{"action": "transferred", "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="},
+			"changes":      map[string]any{"owner": map[string]any{"from": map[string]any{"organization": map[string]any{"login": "octo", "id": 9201}}}}})
+		id := "late-transfer-" + string(rune('a'+i))
+		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", id, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+		if rec, _ := e.ledger.Get(ctx, id); rec.State != DeliveryHandled {
+			t.Errorf("%s: %+v", id, rec)
+		}
+		// GitHub lists octo/demo in installation 1: it stays there.
+		wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	}
+}
