@@ -235,7 +235,9 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	switch p.Action {
 	case "created", "transferred":
 	case "deleted":
-		old = append(old, repo)
+		if repo.id == 0 {
+			old = append(old, repo)
+		}
 	case "renamed":
 		if c := p.Changes; c != nil && c.Repository != nil && c.Repository.Name != nil && c.Repository.Name.From != "" {
 			owner, _, _ := strings.Cut(repo.fullName, "/")
@@ -316,6 +318,21 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 			}
 			if err := addAliasesTx(tx, aliases, now); err != nil {
 				return err
+			}
+		}
+		if p.Action == "deleted" && repo.id != 0 {
+			// By ID (and a row of the name without one): a repository
+			// created under the name since, its event having come first,
+			// keeps it.
+			res, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ?
+				AND (repository_id = ? OR (name_key = ? AND repository_id = 0))`, id, repo.id, strings.ToLower(repo.fullName))
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id = ?`, now.UnixMicro(), id); err != nil {
+					return err
+				}
 			}
 		}
 		if p.Action == "transferred" && repo.id != 0 {

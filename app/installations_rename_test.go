@@ -262,6 +262,17 @@ func TestInstallationsRenameAfterTheNameWasTaken(t *testing.T) {
 	if err := e.db.QueryRow(ctx, `SELECT repository_id FROM installation_repositories WHERE name_key = 'octo/fresh'`).Scan(&id); err != nil || id != 9003 {
 		t.Errorf("octo/fresh is repository %d (%v), want 9003", id, err)
 	}
+
+	// Likewise a repository deleted and another created under its name at
+	// once, the creation delivered first: the deletion takes nothing from
+	// the new repository.
+	post("n-4", "created", "again", 9005, "")
+	post("n-5", "created", "again", 9007, "") // delivered before…
+	post("n-6", "deleted", "again", 9005, "") // …the deletion of the one before
+	wantInstallationOf(t, ctx, e.inst, "octo", "again", 1, "")
+	if err := e.db.QueryRow(ctx, `SELECT repository_id FROM installation_repositories WHERE name_key = 'octo/again'`).Scan(&id); err != nil || id != 9007 {
+		t.Errorf("octo/again is repository %d (%v), want 9007", id, err)
+	}
 }
 
 // A rename delivered late (after a later rename of the same repository)
