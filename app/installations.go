@@ -255,11 +255,14 @@ func (in *Installations) installationOf(ctx context.Context, owner, repo string,
 		if aliases && errors.Is(err, sql.ErrNoRows) {
 			// A former name of a renamed repository: GitHub redirects it
 			// to the repository, so it is covered by the installation
-			// that has the repository.
+			// that has the repository under the same owner (another may
+			// have it too for a while, after a transfer).
 			err = in.db.QueryRow(ctx, `SELECT i.id, i.suspended FROM repository_aliases a
 				JOIN installation_repositories r ON r.repository_id = a.repository_id
 				JOIN installations i ON i.id = r.installation_id
-				WHERE a.name_key = ? AND i.deleted_at IS NULL LIMIT 1`, key).Scan(&a.id, &a.suspended)
+				WHERE a.name_key = ? AND i.deleted_at IS NULL
+				AND substr(r.name_key, 1, instr(r.name_key, '/')) = substr(a.name_key, 1, instr(a.name_key, '/'))
+				LIMIT 1`, key).Scan(&a.id, &a.suspended)
 		}
 		a.missing = errors.Is(err, sql.ErrNoRows)
 		if err != nil && !a.missing {

@@ -257,16 +257,7 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		// repositories; a repository transferred to it has left the one
 		// that had it already.
 		if p.Action == "transferred" && repo.id != 0 {
-			var left []int64
-			err := in.write(ctx, func(tx *sqlite.Tx) error {
-				var err error
-				left, err = leaveForTransferTx(tx, repo, in.cfg.Now())
-				return err
-			})
-			if err == nil {
-				err = in.refreshLeftLocked(ctx, left)
-			}
-			if err != nil {
+			if err := in.leaveForTransferLocked(ctx, repo); err != nil {
 				return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
 			}
 		}
@@ -285,9 +276,13 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	}
 	now := in.cfg.Now()
 	late := false
-	var left []int64
+	if p.Action == "transferred" && repo.id != 0 {
+		if err := in.leaveForTransferLocked(ctx, repo); err != nil {
+			return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
+		}
+	}
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
-		late, left = false, nil
+		late = false
 		if p.Action == "renamed" && repo.id != 0 {
 			// The registry has the repository under a third name: this
 			// rename came after a later one (GitHub does not deliver in
@@ -335,12 +330,6 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 				}
 			}
 		}
-		if p.Action == "transferred" && repo.id != 0 {
-			var err error
-			if left, err = leaveForTransferTx(tx, repo, now); err != nil {
-				return err
-			}
-		}
 		if err := removeReposTx(tx, id, old, now); err != nil {
 			return err
 		}
@@ -350,9 +339,6 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 		}
 		return nil
 	})
-	if err == nil {
-		err = in.refreshLeftLocked(ctx, left)
-	}
 	if err == nil && late {
 		if _, err = in.refreshLocked(ctx, id); err == nil {
 			in.log.Info("rename out of order with the registry: installation read again from GitHub", zap.String(logKeyEvent, "installations.updated"),
@@ -369,49 +355,64 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	return nil
 }
 
-// leaveForTransferTx removes repo, transferred to another account, from
-// under its old name, in whichever installation had it (marked changed, so
-// that a resync under way does not put it back), and returns those
-// installations. The old name is not kept as an alias: it was another
-// account's, and its operations ran as that installation.
-func leaveForTransferTx(tx *sqlite.Tx, repo installationRepo, now time.Time) ([]int64, error) {
+// leaveForTransferLocked takes repo, transferred to another account, from
+// under its old name in whichever installation had it. That installation
+// is read again from GitHub first: its list of repositories is recorded
+// (without the repository, or with it if the event came late: it has come
+// back since, or a failed delivery was redelivered), and the repository is
+// removed on the event's word only from one GitHub lists no repositories
+// of (suspended, or unknown to GitHub), marked changed so that a resync
+// under way does not put it back. The old name is not kept as an alias: it
+// was another account's, and its operations ran as that installation. The
+// caller holds in.mu.
+func (in *Installations) leaveForTransferLocked(ctx context.Context, repo installationRepo) error {
 	key := strings.ToLower(repo.fullName)
-	rows, err := tx.Query(`SELECT DISTINCT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
+	rows, err := in.db.Query(ctx, `SELECT DISTINCT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var left []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return nil, err
+			return err
 		}
 		left = append(left, id)
 	}
 	err = rows.Err()
 	rows.Close()
-	if err != nil || len(left) == 0 {
-		return nil, err
+	if err != nil {
+		return err
 	}
-	if _, err := tx.Exec(`UPDATE installations SET updated_at = ? WHERE id IN
-		(SELECT installation_id FROM installation_repositories WHERE repository_id = ? AND name_key != ?)`,
-		now.UnixMicro(), repo.id, key); err != nil {
-		return nil, err
-	}
-	_, err = tx.Exec(`DELETE FROM installation_repositories WHERE repository_id = ? AND name_key != ?`, repo.id, key)
-	return left, err
-}
-
-// refreshLeftLocked reads again from GitHub the installations a
-// transferred repository was taken from: a transferred event delivered
-// late (the repository has come back since, or a failed delivery was
-// redelivered) must not take away a repository GitHub lists in one of them
-// now. The caller holds in.mu.
-func (in *Installations) refreshLeftLocked(ctx context.Context, left []int64) error {
 	for _, id := range left {
-		if _, err := in.refreshLocked(ctx, id); err != nil {
+		known, err := in.refreshLocked(ctx, id)
+		if err != nil {
 			return fmt.Errorf("read installation %d again: %w", id, err)
+		}
+		listed := false
+		if known {
+			err := in.db.QueryRow(ctx, `SELECT deleted_at IS NULL AND NOT suspended FROM installations WHERE id = ?`, id).Scan(&listed)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		if listed {
+			continue // GitHub's list of its repositories is recorded
+		}
+		now := in.cfg.Now()
+		err = in.write(ctx, func(tx *sqlite.Tx) error {
+			res, err := tx.Exec(`DELETE FROM installation_repositories WHERE installation_id = ? AND repository_id = ? AND name_key != ?`, id, repo.id, key)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				_, err = tx.Exec(`UPDATE installations SET updated_at = ? WHERE id = ?`, now.UnixMicro(), id)
+			}
+			return err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 )
@@ -145,6 +146,58 @@ func TestInstallationsLateTransferKeepsTheRepository(t *testing.T) {
 			t.Errorf("%s: %+v", id, rec)
 		}
 		// GitHub lists octo/demo in installation 1: it stays there.
+		wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	}
+}
+
+// A transferred event delivered late keeps the repository's former names
+// too: they lead to the installation that has it under the same owner,
+// even while another installation has it too (a late event to a known
+// installation adds it there on the event's word until the resync).
+func TestInstallationsLateTransferKeepsFormerNames(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.RenameRepo("octo", "demo", "renamed", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	var id int64
+	for _, r := range e.sim.Repos() {
+		if r.FullName == "octo/renamed" {
+			id = r.ID
+		}
+	}
+	if _, err := e.sim.AddComment("octo", "renamed", 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	for _, installation := range []float64{77, 2} {
+		repo := map[string]any{}
+		for k, v := range base["repository"].(map[string]any) {
+			repo[k] = v
+		}
+		repo["full_name"], repo["name"], repo["id"] = "acme/renamed", "renamed", float64(id)
+		repo["owner"] = map[string]any{"login": "acme", "id": 9300, "type": "Organization"}
+		body, _ := json.Marshal(map[string]any{"action": "transferred", "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMg=="}})
+		delivery := fmt.Sprintf("late-transfer-%v", installation)
+		if resp := e.post("s3cret", "repository", delivery, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", delivery, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+		wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 1, "")
 		wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
 	}
 }
