@@ -13,5 +13,4 @@ CREATE TABLE repository_aliases (
     created_at    INTEGER NOT NULL
 ) WITHOUT ROWID;
 
-CREATE INDEX repository_aliases_repository ON repository_aliases (repository_id);
 CREATE INDEX installation_repositories_repository ON installation_repositories (repository_id);
