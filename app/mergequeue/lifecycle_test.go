@@ -235,14 +235,7 @@ func TestRetargetedPullRequestBounces(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
 	const repo = "retargeted"
-	s.repo(t, repo, 1, []string{"ci"})
-	main, err := s.sim.Ref("octo", repo, "heads/main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
-		t.Fatal(err)
-	}
+	repoWithRelease(t, s, repo)
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +264,11 @@ func TestRetargetedPullRequestBounces(t *testing.T) {
 	}
 }
 
-// A retargeting whose delivery never came is found by the reconcile, also
-// when the pull request was pushed to as well.
-func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{noWebhooks: true})
-	const repo = "retargeted-quietly"
+// repoWithRelease creates repository repo with pull request #1 on main
+// (required check "ci") and a branch release at main's head, to retarget
+// the pull request to.
+func repoWithRelease(t *testing.T, s *stack, repo string) {
+	t.Helper()
 	s.repo(t, repo, 1, []string{"ci"})
 	main, err := s.sim.Ref("octo", repo, "heads/main")
 	if err != nil {
@@ -286,15 +277,33 @@ func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
 	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// queueThenRetarget labels #1 of repo, hands the queue that delivery
+// (deliveryID) itself, and retargets #1 to release, whose delivery the
+// queue is not given.
+func queueThenRetarget(t *testing.T, ctx context.Context, s *stack, repo, deliveryID string) {
+	t.Helper()
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "quiet-1")); err != nil {
+	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", deliveryID)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A retargeting whose delivery never came is found by the reconcile, also
+// when the pull request was pushed to as well.
+func TestReconcileBouncesARetargetedPullRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "retargeted-quietly"
+	repoWithRelease(t, s, repo)
+	queueThenRetarget(t, ctx, s, repo, "quiet-1")
 	if _, err := s.sim.PushPull("octo", repo, 1, "", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
@@ -380,23 +389,8 @@ func TestPushAfterAnUnseenRetargetingBounces(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t, stackOptions{noWebhooks: true})
 	const repo = "retargeted-then-pushed"
-	s.repo(t, repo, 1, []string{"ci"})
-	main, err := s.sim.Ref("octo", repo, "heads/main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.SetRef("octo", repo, "heads/release", main, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "seq-1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.SetPullBase("octo", repo, 1, "release", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
+	repoWithRelease(t, s, repo)
+	queueThenRetarget(t, ctx, s, repo, "seq-1")
 	head, err := s.sim.PushPull("octo", repo, 1, "", "monalisa")
 	if err != nil {
 		t.Fatal(err)
