@@ -225,32 +225,10 @@ func TestInstallationsRenameAfterTheNameWasTaken(t *testing.T) {
 	if err := e.inst.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	base := lastSimPayload(t, e.sim, "issue_comment")
-	post := func(id, action, name string, repoID float64, from string) {
-		t.Helper()
-		repo := map[string]any{}
-		for k, v := range base["repository"].(map[string]any) {
-			repo[k] = v
-		}
-		repo["full_name"], repo["name"], repo["id"] = "octo/"+name, name, repoID
-		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
-			"installation": map[string]any{"id": 1, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
-		if from != "" {
-			p["changes"] = map[string]any{"repository": map[string]any{"name": map[string]any{"from": from}}}
-		}
-		body, _ := json.Marshal(p)
-		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("post %s: %d", id, resp.StatusCode)
-		}
-		e.waitSettled(ctx)
-	}
-	post("n-1", "created", "fresh", 9001, "")
-	post("n-2", "created", "fresh", 9003, "")        // took the name: delivered before…
-	post("n-3", "renamed", "renamed", 9001, "fresh") // …the rename that freed it
+	post := repositoryEvents(t, ctx, e, "octo", "demo")
+	post("n-1", "created", "octo/fresh", 9001, 1, nil)
+	post("n-2", "created", "octo/fresh", 9003, 1, nil)                    // took the name: delivered before…
+	post("n-3", "renamed", "octo/renamed", 9001, 1, renamedFrom("fresh")) // …the rename that freed it
 	inst, err := e.inst.Installation(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -266,9 +244,9 @@ func TestInstallationsRenameAfterTheNameWasTaken(t *testing.T) {
 	// Likewise a repository deleted and another created under its name at
 	// once, the creation delivered first: the deletion takes nothing from
 	// the new repository.
-	post("n-4", "created", "again", 9005, "")
-	post("n-5", "created", "again", 9007, "") // delivered before…
-	post("n-6", "deleted", "again", 9005, "") // …the deletion of the one before
+	post("n-4", "created", "octo/again", 9005, 1, nil)
+	post("n-5", "created", "octo/again", 9007, 1, nil) // delivered before…
+	post("n-6", "deleted", "octo/again", 9005, 1, nil) // …the deletion of the one before
 	wantInstallationOf(t, ctx, e.inst, "octo", "again", 1, "")
 	if err := e.db.QueryRow(ctx, `SELECT repository_id FROM installation_repositories WHERE name_key = 'octo/again'`).Scan(&id); err != nil || id != 9007 {
 		t.Errorf("octo/again is repository %d (%v), want 9007", id, err)
@@ -285,29 +263,7 @@ func TestInstallationsRenameDeliveredLate(t *testing.T) {
 	if err := e.inst.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	base := lastSimPayload(t, e.sim, "issue_comment")
-	post := func(id, action, name string, repoID float64, from string) {
-		t.Helper()
-		repo := map[string]any{}
-		for k, v := range base["repository"].(map[string]any) {
-			repo[k] = v
-		}
-		repo["full_name"], repo["name"], repo["id"] = "octo/"+name, name, repoID
-		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
-			"installation": map[string]any{"id": 1, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
-		if from != "" {
-			p["changes"] = map[string]any{"repository": map[string]any{"name": map[string]any{"from": from}}}
-		}
-		body, _ := json.Marshal(p)
-		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("post %s: %d", id, resp.StatusCode)
-		}
-		e.waitSettled(ctx)
-	}
+	post := repositoryEvents(t, ctx, e, "octo", "demo")
 	r, err := e.sim.AddRepo("octo", "first", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -321,8 +277,8 @@ func TestInstallationsRenameDeliveredLate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	post("l-3", "renamed", "third", float64(r.ID), "second") // delivered before…
-	post("l-2", "renamed", "second", float64(r.ID), "first") // …the rename before it
+	post("l-3", "renamed", "octo/third", r.ID, 1, renamedFrom("second")) // delivered before…
+	post("l-2", "renamed", "octo/second", r.ID, 1, renamedFrom("first")) // …the rename before it
 	inst, err := e.inst.Installation(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -300,42 +300,17 @@ func TestInstallationsFollowRepositoryEvents(t *testing.T) {
 	if err := e.inst.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// GitHub's repository event: action, repository, installation (and,
-	// for a rename, changes.repository.name.from). The repository object
-	// is the simulator's, as another event carried it.
-	if _, err := e.sim.AddComment("octo", "demo", 10, "hello", ""); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	base := lastSimPayload(t, e.sim, "issue_comment")
-	post := func(id, action, fullName string, repoID float64, installation float64, from string) {
-		t.Helper()
-		repo := map[string]any{}
-		for k, v := range base["repository"].(map[string]any) {
-			repo[k] = v
-		}
-		repo["full_name"], repo["name"], repo["id"] = fullName, fullName[strings.Index(fullName, "/")+1:], repoID
-		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
-			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
-		if from != "" {
-			p["changes"] = map[string]any{"repository": map[string]any{"name": map[string]any{"from": from}}}
-		}
-		body, _ := json.Marshal(p)
-		if resp := e.post("s3cret", "repository", id, body); resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("post %s: %d", id, resp.StatusCode)
-		}
-		e.waitSettled(ctx)
-	}
-	post("r-1", "created", "octo/fresh", 9001, 1, "")
+	post := repositoryEvents(t, ctx, e, "octo", "demo")
+	post("r-1", "created", "octo/fresh", 9001, 1, nil)
 	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 1, "")
-	post("r-2", "renamed", "octo/renamed", 9001, 1, "fresh")
+	post("r-2", "renamed", "octo/renamed", 9001, 1, renamedFrom("fresh"))
 	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 1, "")
 	// GitHub redirects the old name to the repository: it still resolves.
 	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 1, "")
-	post("r-3", "deleted", "octo/renamed", 9001, 1, "")
+	post("r-3", "deleted", "octo/renamed", 9001, 1, nil)
 	wantInstallationOf(t, ctx, e.inst, "octo", "renamed", 0, "baton is not installed on octo/renamed")
 	wantInstallationOf(t, ctx, e.inst, "octo", "fresh", 0, "baton is not installed on octo/fresh")
-	post("r-4", "created", "elsewhere/x", 9002, 77, "") // an installation baton does not know
+	post("r-4", "created", "elsewhere/x", 9002, 77, nil) // an installation baton does not know
 	wantInstallationOf(t, ctx, e.inst, "elsewhere", "x", 0, "baton is not installed on elsewhere/x")
 	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
 	for _, id := range []string{"r-1", "r-2", "r-3", "r-4"} {
@@ -343,4 +318,42 @@ func TestInstallationsFollowRepositoryEvents(t *testing.T) {
 			t.Errorf("%s: %+v", id, rec)
 		}
 	}
+}
+
+// repositoryEvents returns a function that posts GitHub's repository event
+// (action, repository, installation and, where given, changes) signed to
+// the receiver, and waits for it to be handled. The repository object is
+// the simulator's, as an event about owner/name carried it, with the
+// name, ID and owner's login of the event's repository.
+func repositoryEvents(t *testing.T, ctx context.Context, e *hookEnv, owner, name string) func(delivery, action, fullName string, repoID, installation int64, changes map[string]any) {
+	t.Helper()
+	if _, err := e.sim.AddComment(owner, name, 10, "hello", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	base := lastSimPayload(t, e.sim, "issue_comment")
+	return func(delivery, action, fullName string, repoID, installation int64, changes map[string]any) {
+		t.Helper()
+		repoOwner, repoName, _ := strings.Cut(fullName, "/")
+		repo := maps.Clone(base["repository"].(map[string]any))
+		repo["full_name"], repo["name"], repo["id"] = fullName, repoName, repoID
+		ownerObj := maps.Clone(repo["owner"].(map[string]any))
+		ownerObj["login"] = repoOwner
+		repo["owner"] = ownerObj
+		p := map[string]any{"action": action, "repository": repo, "sender": base["sender"],
+			"installation": map[string]any{"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}}
+		if changes != nil {
+			p["changes"] = changes
+		}
+		body, _ := json.Marshal(p)
+		if resp := e.post("s3cret", "repository", delivery, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %d", delivery, resp.StatusCode)
+		}
+		e.waitSettled(ctx)
+	}
+}
+
+// renamedFrom is a repository renamed event's changes: its former name.
+func renamedFrom(name string) map[string]any {
+	return map[string]any{"repository": map[string]any{"name": map[string]any{"from": name}}}
 }
