@@ -215,26 +215,35 @@ func TestLongSecondaryLimitRequeues(t *testing.T) {
 func TestCancelDuringWait(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{exec: Config{BaseBackoff: 20 * time.Second, MaxBackoff: 20 * time.Second}})
+	cancelDuringWait(t, s, "cancel", func(id string) error {
+		_, err := s.exec.Cancel(context.Background(), id)
+		return err
+	})
+}
+
+// cancelDuringWait submits a comment GitHub answers 502, waits until its
+// operation waits out a backoff (20 s in the callers' configurations),
+// cancels it with cancel, and checks that the cancellation ends the wait
+// within 5 s.
+func cancelDuringWait(t *testing.T, s *stack, key string, cancel func(operationID string) error) {
+	t.Helper()
 	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/issues/{number}/comments", Kind: ghsim.FaultStatus, Status: 502}); err != nil {
 		t.Fatal(err)
 	}
-	rec := s.submit(t, "cancel", schema.ActionComment, issue(10), `{"body":"never"}`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cur, _ := s.store.Get(context.Background(), rec.OperationID)
-		if cur.NextAttemptAt != nil {
+	rec := s.submit(t, key, schema.ActionComment, issue(10), `{"body":"never"}`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if cur, _ := s.store.Get(context.Background(), rec.OperationID); cur.NextAttemptAt != nil {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("never waited")
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	asked := time.Now()
-	if _, err := s.exec.Cancel(context.Background(), rec.OperationID); err != nil {
+	if err := cancel(rec.OperationID); err != nil {
 		t.Fatal(err)
 	}
-	got := s.await(t, rec.OperationID, 10*time.Second)
+	got := s.await(t, rec.OperationID, 15*time.Second)
 	if got.Status != schema.StatusCancelled || !got.CancellationRequested || got.Attempts != 1 {
 		t.Fatalf("status=%s attempts=%d", got.Status, got.Attempts)
 	}
