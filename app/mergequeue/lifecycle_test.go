@@ -90,17 +90,9 @@ func TestReconcileAllFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
 	}})
 	sim.Store(s.sim)
 	const repo = "reinstalled"
-	s.repo(t, repo, 1, []string{"ci"})
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
-
-	// No more webhooks: an event would carry the new installation.
-	s.sim.SetWebhook("", "")
-	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
-		t.Fatal(err)
-	}
+	// No more webhooks once uninstalled: an event would carry the new
+	// installation.
+	queuedThenUninstalled(t, s, repo)
 	const reinstalled = 2
 	if _, err := s.sim.AddRepo("octo", repo, reinstalled); err != nil {
 		t.Fatal(err)
@@ -121,6 +113,22 @@ func TestReconcileAllFollowsTheRepositoryToItsNewInstallation(t *testing.T) {
 		}
 		return s.pull(t, repo, 1).Merged
 	})
+}
+
+// queuedThenUninstalled creates repository repo with pull request #1,
+// queues it, stops the simulator's webhooks and uninstalls the App from
+// the demo installation, so that the queue hears nothing of it.
+func queuedThenUninstalled(t *testing.T, s *stack, repo string) {
+	t.Helper()
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	s.sim.SetWebhook("", "")
+	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // simInstallations answers InstallationOf from the simulator, as the
@@ -209,15 +217,7 @@ func TestReconcileAllLeavesAnUninstalledRepositoryAlone(t *testing.T) {
 	}})
 	sim.Store(s.sim)
 	const repo = "uninstalled"
-	s.repo(t, repo, 1, []string{"ci"})
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 15*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
-	s.sim.SetWebhook("", "")
-	if err := s.sim.DeleteInstallation(ghsim.DemoInstallationID); err != nil {
-		t.Fatal(err)
-	}
+	queuedThenUninstalled(t, s, repo)
 	reports, err := s.q.ReconcileAll(ctx)
 	if err != nil || len(reports) != 0 {
 		t.Fatalf("ReconcileAll: %+v, %v", reports, err)
