@@ -231,13 +231,7 @@ func (s *Sim) RenameRepo(owner, name, newName, sender string) error {
 		s.movedRepos[oldKey] = r
 	}
 	r.name, r.fullName = newName, r.owner.login+"/"+newName
-	m := s.renderRepo(r)
-	r.json = mustJSON(m)
-	m["archived"] = true
-	r.archivedJSON = mustJSON(m)
-	r.minimal = mustJSON(map[string]any{
-		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName, "private": false,
-	})
+	s.renderReprs(r)
 	s.mu.Unlock()
 	s.emitRepoLocked(r, "repository", "renamed", who, map[string]any{
 		"changes": map[string]any{"repository": map[string]any{"name": map[string]any{"from": oldName}}},
@@ -301,6 +295,18 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 		protection:     map[string]*protection{},
 		collaborators:  map[string]string{strings.ToLower(defaultSender): "write"},
 	}
+	s.renderReprs(r)
+	root := r.addCommit(s, "", nil, "Initial commit", now)
+	r.refs["heads/"+defaultBranch] = root.sha
+	s.repos[repoKey(owner, name)] = r
+	delete(s.movedRepos, repoKey(owner, name)) // GitHub's redirect ends with the name's reuse
+	s.reposByID[r.id] = r
+	return r
+}
+
+// renderReprs renders r's representations (json, archivedJSON, minimal)
+// from its name, at creation and at a rename.
+func (s *Sim) renderReprs(r *repo) {
 	m := s.renderRepo(r)
 	r.json = mustJSON(m)
 	m["archived"] = true
@@ -308,12 +314,6 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 	r.minimal = mustJSON(map[string]any{
 		"id": r.id, "node_id": nodeID("R_", r.id), "name": r.name, "full_name": r.fullName, "private": false,
 	})
-	root := r.addCommit(s, "", nil, "Initial commit", now)
-	r.refs["heads/"+defaultBranch] = root.sha
-	s.repos[repoKey(owner, name)] = r
-	delete(s.movedRepos, repoKey(owner, name)) // GitHub's redirect ends with the name's reuse
-	s.reposByID[r.id] = r
-	return r
 }
 
 // repr is the repository representation payloads and pull requests
