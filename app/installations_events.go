@@ -252,16 +252,15 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	if err := in.db.QueryRow(ctx, `SELECT COUNT(*) > 0 FROM installations WHERE id = ? AND deleted_at IS NULL`, id).Scan(&known); err != nil {
 		return err
 	}
-	if !known {
-		// The resync will learn of the installation, with its
-		// repositories; a repository transferred to it has left the one
-		// that had it already.
-		if p.Action == "transferred" && repo.id != 0 {
-			if err := in.leaveForTransferLocked(ctx, repo); err != nil {
-				return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
-			}
+	// A repository transferred to the installation has left the one that
+	// had it already, whether or not this one is known yet.
+	if p.Action == "transferred" && repo.id != 0 {
+		if err := in.leaveForTransferLocked(ctx, repo); err != nil {
+			return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
 		}
-		return nil
+	}
+	if !known {
+		return nil // the resync will learn of the installation, with its repositories
 	}
 	// A renamed repository with an ID leaves its old name by that ID (a
 	// repository that took the name since, its event having come first, keeps
@@ -276,11 +275,6 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	}
 	now := in.cfg.Now()
 	late := false
-	if p.Action == "transferred" && repo.id != 0 {
-		if err := in.leaveForTransferLocked(ctx, repo); err != nil {
-			return fmt.Errorf("app: apply repository.transferred to installation %d: %w", id, err)
-		}
-	}
 	err := in.write(ctx, func(tx *sqlite.Tx) error {
 		late = false
 		if p.Action == "renamed" && repo.id != 0 {
