@@ -475,17 +475,14 @@ func (r *run) openEntry(n int) (e *entry, pr *github.PullRequest, err error) {
 	return e, pr, nil
 }
 
-// retargeted bounces e if its pull request pr now targets another base
-// branch than the one it joined for: putting a pull request in the queue
-// vouches for merging it into that branch, not into whichever branch it
-// is moved to afterwards (its author may retarget it), and the gate it
-// passed was that branch's. A merge submitted meanwhile is cancelled
-// first, as for new commits.
+// retargeted bounces e, whose pull request pr now targets another base
+// branch than the one it joined for (baseChanged found it so): putting a
+// pull request in the queue vouches for merging it into that branch, not
+// into whichever branch it is moved to afterwards (its author may
+// retarget it), and the gate it passed was that branch's. A merge
+// submitted meanwhile is cancelled first, as for new commits.
 func (r *run) retargeted(e *entry, pr *github.PullRequest) error {
 	base := pr.GetBase().GetRef()
-	if base == "" || e.base == "" || base == e.base {
-		return nil
-	}
 	fate, err := r.cancelMerge(e)
 	if err != nil {
 		return err
