@@ -1,11 +1,9 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -90,41 +88,16 @@ func TestSpentOperationFailsWithoutACall(t *testing.T) {
 func TestCancelAfterRefusalFollowingAmbiguousAttemptProbesFirst(t *testing.T) {
 	t.Parallel()
 	var (
-		mu     sync.Mutex
-		held   *http.Request // the first merge, not yet passed on
-		body   []byte
-		landed bool
 		stackP atomic.Pointer[stack]
 		opID   atomic.Value
 	)
-	s := newStack(t, stackOptions{front: frontProxy(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		isMerge := r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/pulls/1/merge")
-		switch {
-		case isMerge && held == nil && !landed:
-			b, _ := io.ReadAll(r.Body)
-			held, body = r.Clone(context.WithoutCancel(r.Context())), b
-			w.WriteHeader(http.StatusBadGateway)
-			return true
-		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pulls/1") && held != nil:
-			next.ServeHTTP(w, r)
-			held.Body = io.NopCloser(bytes.NewReader(body))
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, held)
-			if rec.Code != http.StatusOK {
-				t.Errorf("held merge: %d %s", rec.Code, rec.Body)
-			}
-			held, landed = nil, true
-			return true
-		case isMerge && landed:
-			// The second attempt: cancelled while its call is in flight.
-			if _, err := stackP.Load().exec.Cancel(context.Background(), opID.Load().(string)); err != nil {
-				t.Errorf("cancel: %v", err)
-			}
+	late := &lateMerge{t: t, onMerge: func() {
+		// The second attempt: cancelled while its call is in flight.
+		if _, err := stackP.Load().exec.Cancel(context.Background(), opID.Load().(string)); err != nil {
+			t.Errorf("cancel: %v", err)
 		}
-		return false
-	})})
+	}}
+	s := newStack(t, stackOptions{front: frontProxy(late.serve)})
 	stackP.Store(s)
 	head := ghsim.DemoHeadSHA(1)
 	id, err := OperationID("tester", "late-merge-cancelled")
@@ -137,10 +110,7 @@ func TestCancelAfterRefusalFollowingAmbiguousAttemptProbesFirst(t *testing.T) {
 		t.Fatalf("operation %s, want %s", rec.OperationID, id)
 	}
 	got := s.await(t, rec.OperationID, 20*time.Second)
-	mu.Lock()
-	merged := landed
-	mu.Unlock()
-	if !merged {
+	if !late.hasLanded() {
 		t.Fatal("the held merge never landed")
 	}
 	if pr, _ := s.sim.Pull("octo", "demo", 1); !pr.Merged {

@@ -792,49 +792,65 @@ func TestForcedUpdateRefRetryKeepsALaterPush(t *testing.T) {
 	}
 }
 
+// lateMerge, in front of the simulator, holds the first merge of pull
+// request #1 (its caller gets 502, as if GitHub were still working on it)
+// and passes it on right after the next read of the pull request: the
+// probe sees it still open, and the merge lands just after. onMerge, if
+// set, is called (under mu) for each later merge request, which then goes
+// on to the simulator.
+type lateMerge struct {
+	t       *testing.T
+	onMerge func()
+	mu      sync.Mutex
+	held    *http.Request // the first merge, not yet passed on
+	body    []byte
+	landed  bool
+}
+
+func (m *lateMerge) serve(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	isMerge := r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/pulls/1/merge")
+	switch {
+	case isMerge && m.held == nil && !m.landed:
+		b, _ := io.ReadAll(r.Body)
+		m.held, m.body = r.Clone(context.WithoutCancel(r.Context())), b
+		w.WriteHeader(http.StatusBadGateway)
+		return true
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pulls/1") && m.held != nil:
+		next.ServeHTTP(w, r)
+		m.held.Body = io.NopCloser(bytes.NewReader(m.body))
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, m.held)
+		if rec.Code != http.StatusOK {
+			m.t.Errorf("held merge: %d %s", rec.Code, rec.Body)
+		}
+		m.held, m.landed = nil, true
+		return true
+	case isMerge && m.landed && m.onMerge != nil:
+		m.onMerge()
+	}
+	return false
+}
+
+// hasLanded reports whether the held merge was passed on.
+func (m *lateMerge) hasLanded() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.landed
+}
+
 // A merge whose call failed ambiguously and that GitHub carried out after
 // the probe had looked: the next attempt is refused (405, already merged),
 // and the operation must still be recorded as the success it is.
 func TestRefusalAfterAmbiguousAttemptIsProbed(t *testing.T) {
 	t.Parallel()
-	var (
-		mu   sync.Mutex
-		held *http.Request // the first merge, not yet passed on
-		body []byte
-		done bool
-	)
-	s := newStack(t, stackOptions{front: frontProxy(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/pulls/1/merge") && held == nil && !done:
-			// GitHub works on it; the caller's call fails.
-			b, _ := io.ReadAll(r.Body)
-			held, body = r.Clone(context.WithoutCancel(r.Context())), b
-			w.WriteHeader(http.StatusBadGateway)
-			return true
-		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pulls/1") && held != nil:
-			// The probe sees the pull request still open; the merge lands
-			// right after.
-			next.ServeHTTP(w, r)
-			held.Body = io.NopCloser(bytes.NewReader(body))
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, held)
-			if rec.Code != http.StatusOK {
-				t.Errorf("held merge: %d %s", rec.Code, rec.Body)
-			}
-			held, done = nil, true
-			return true
-		}
-		return false
-	})})
+	late := &lateMerge{t: t}
+	s := newStack(t, stackOptions{front: frontProxy(late.serve)})
 	head := ghsim.DemoHeadSHA(1)
 	rec := s.submit(t, "late-merge", schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/demo#1"}, `{"sha":"`+head+`"}`)
 	got := s.await(t, rec.OperationID, 20*time.Second)
-	mu.Lock()
-	landed := done
-	mu.Unlock()
-	if !landed {
+	if !late.hasLanded() {
 		t.Fatal("the held merge never landed")
 	}
 	if pr, _ := s.sim.Pull("octo", "demo", 1); !pr.Merged {
