@@ -103,3 +103,32 @@ func TestRenamedRepoRedirects(t *testing.T) {
 		t.Errorf("GET /repos/octo/demo after a new repository took the name = %v, %v", got, err)
 	}
 }
+
+// A repository renamed while archived says "archived": false once it is
+// unarchived: a rename renders its representations again, and the rendering
+// of the unarchived form must not keep the state of the moment.
+func TestRepoRenamedWhileArchivedUnarchives(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	c := ctx(t)
+	cl := e.client(1)
+	if err := e.sim.ArchiveRepo("octo", "demo", true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.RenameRepo("octo", "demo", "renamed", ""); err != nil {
+		t.Fatal(err)
+	}
+	// A pull request carries the repository as it is now.
+	if pr, _, err := cl.PullRequests.Get(c, "octo", "renamed", 1); err != nil || !pr.GetBase().GetRepo().GetArchived() {
+		t.Fatalf("pull request's base repository while archived = %v, %v; want archived", pr.GetBase().GetRepo().GetArchived(), err)
+	}
+	if err := e.sim.ArchiveRepo("octo", "renamed", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if pr, _, err := cl.PullRequests.Get(c, "octo", "renamed", 1); err != nil || pr.GetBase().GetRepo().GetArchived() {
+		t.Errorf("pull request's base repository after unarchiving = archived %v, %v; want not archived", pr.GetBase().GetRepo().GetArchived(), err)
+	}
+	if _, _, err := cl.Issues.CreateComment(c, "octo", "renamed", 10, &github.IssueComment{Body: github.String("writable again")}); err != nil {
+		t.Errorf("comment after unarchiving: %v", err)
+	}
+}

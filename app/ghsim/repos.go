@@ -308,6 +308,7 @@ func (s *Sim) newRepoLocked(owner, name string, installationID int64) *repo {
 // from its name, at creation and at a rename.
 func (s *Sim) renderReprs(r *repo) {
 	m := s.renderRepo(r)
+	m["archived"] = false // renderRepo says what r is now; json is the unarchived form
 	r.json = mustJSON(m)
 	m["archived"] = true
 	r.archivedJSON = mustJSON(m)
