@@ -3,12 +3,15 @@ package mergequeue
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -29,7 +32,8 @@ type AuditLogBody struct {
 //	GET  /v1/repos/{owner}/{repo}/queue            State: the entries, with positions
 //	GET  /v1/repos/{owner}/{repo}/queue/events     EventLogBody, oldest first
 //	GET  /v1/repos/{owner}/{repo}/queue/audit      AuditLogBody, oldest first
-//	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held
+//	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held,
+//	                                               503/502 (code internal) when GitHub fails its reads
 //
 // The routes take no query parameters (a query string is invalid_request).
 // Mount it at /v1/repos/ behind the API's authentication. authorize is
@@ -160,6 +164,9 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo 
 	for wait := time.Now().Add(reconcileTurnWait); ; {
 		rep, err = h.q.reconcile(r.Context(), inst, owner, repo, false)
 		if err != nil {
+			if h.githubFailed(w, r, owner, repo, err) {
+				return
+			}
 			h.fail(w, r, err)
 			return
 		}
@@ -178,6 +185,42 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo 
 		return
 	}
 	h.write(w, http.StatusOK, rep)
+}
+
+// githubFailed answers a reconcile that failed because GitHub did not
+// answer its reads, and reports whether err was such a failure. It is
+// GitHub's failure, not baton's, so it is not the 500 of a bug: 503 with
+// Retry-After (GitHub's own wait when it named one) while GitHub is away,
+// errs or limits baton, and 502 when GitHub refuses the App (its access to
+// the repository gone, its credentials refused). The code is internal, the
+// API's code for a failure that is not the caller's; the message is
+// baton's words with GitHub's status and Classify's short account of
+// GitHub's answer (free of secrets).
+func (h *handler) githubFailed(w http.ResponseWriter, r *http.Request, owner, repo string, err error) bool {
+	c := executor.Classify(err, time.Now())
+	var wait time.Duration
+	if re := (*RetryError)(nil); errors.As(err, &re) {
+		wait = re.After
+	}
+	switch c.Category {
+	case executor.CategoryInternal, executor.CategoryCancelled, "":
+		return false
+	}
+	what := c.Message
+	if c.Status != 0 && !strings.Contains(what, strconv.Itoa(c.Status)) {
+		what = fmt.Sprintf("%s (HTTP %d)", what, c.Status)
+	}
+	status := http.StatusBadGateway
+	if c.Retryable {
+		status = http.StatusServiceUnavailable
+		wait = max(wait, c.Wait, time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	}
+	h.q.log.Warn("merge queue reconcile: GitHub failed", zap.String(logEvent, "mergequeue.api_github_failed"),
+		zap.String("route", r.Pattern), zap.String("errorCategory", c.Category), zap.Int("status", c.Status))
+	h.write(w, status, errorBody(schema.CodeInternal,
+		fmt.Sprintf("GitHub failed the reconcile's reads of %s/%s: %s", owner, repo, what), map[string]any{"category": c.Category}))
+	return true
 }
 
 func errorBody(code schema.Code, msg string, details map[string]any) map[string]any {

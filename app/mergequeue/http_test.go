@@ -7,10 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/baton-dev/baton/app"
+	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/schema"
 )
@@ -155,4 +160,108 @@ func TestHTTPRoutes(t *testing.T) {
 	if a := call(t, srv, "GET", "/v1/repos/octo/unknown/queue", "good"); a.status != 200 || len(a.body["entries"].([]any)) != 0 {
 		t.Errorf("GET an unknown queue: %d %s", a.status, a.raw)
 	}
+}
+
+// A reconcile that cannot read GitHub is GitHub's failure, not baton's: 503
+// with Retry-After while GitHub is away or limits baton (GitHub's own wait
+// when it names one), 502 when GitHub refuses, each naming GitHub's answer;
+// never the 500 of a bug. The queue is left as it was.
+func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true})
+	const repo = "ghfail"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "ghfail-1")); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
+	t.Cleanup(srv.Close)
+	path := "/v1/repos/octo/" + repo + "/queue/reconcile"
+	for _, c := range []struct {
+		name       string
+		fault      ghsim.Fault
+		status     int
+		retryAfter int // at least; 0: no header
+		says       string
+	}{
+		{"GitHub erring", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultStatus, Status: 502}, 503, 1, "502"},
+		{"GitHub limiting", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultTooManyRequests, RetryAfter: 7 * time.Second}, 503, 7, "429"},
+		{"GitHub not taking the token", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultUnauthorized}, 503, 1, "401"},
+		{"GitHub refusing (installation suspended)", ghsim.Fault{}, 502, 0, "403"},
+	} {
+		id := ""
+		if c.fault.Kind == "" {
+			if err := s.sim.SuspendInstallation(1, true); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			var err error
+			if id, err = s.sim.SetFault(c.fault); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req, _ := http.NewRequest("POST", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer good")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s.sim.ClearFault(id)
+		if err := s.sim.SuspendInstallation(1, false); err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		_ = json.Unmarshal(b, &body)
+		if err := describedAnswer(http.MethodPost, "/v1/repos/{owner}/{repo}/queue/reconcile", resp.StatusCode, resp.Header, b); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != c.status || body.Error.Code != "internal" || !strings.Contains(body.Error.Message, "GitHub") ||
+			!strings.Contains(body.Error.Message, c.says) || ra < c.retryAfter || (c.retryAfter == 0) != (resp.Header.Get("Retry-After") == "") {
+			t.Errorf("%s: %d Retry-After %q %s, want %d (Retry-After ≥ %d) naming GitHub's %s", c.name, resp.StatusCode,
+				resp.Header.Get("Retry-After"), b, c.status, c.retryAfter, c.says)
+		}
+	}
+	if st, _ := s.q.Entries(ctx, "octo", repo); len(st.Entries) != 1 {
+		t.Errorf("entries after the failed reconciles = %+v, want the one queued", st.Entries)
+	}
+	if a := call(t, srv, "POST", path, "good"); a.status != 200 {
+		t.Errorf("POST reconcile with GitHub back: %d %s", a.status, a.raw)
+	}
+}
+
+// describedAnswer checks an answer against baton's OpenAPI description of
+// the route: the status is described, its required headers are there and
+// the body validates against its schema.
+func describedAnswer(method, route string, status int, h http.Header, body []byte) error {
+	doc, err := openapi3.NewLoader().LoadFromData(app.OpenAPIDocument())
+	if err != nil {
+		return err
+	}
+	item := doc.Paths.Find(route)
+	if item == nil || item.GetOperation(method) == nil {
+		return fmt.Errorf("%s %s is not described", method, route)
+	}
+	ans := item.GetOperation(method).Responses.Status(status)
+	if ans == nil || ans.Value == nil {
+		return fmt.Errorf("%s %s: %d is not described", method, route, status)
+	}
+	for name, hd := range ans.Value.Headers {
+		if hd.Value.Required && h.Get(name) == "" {
+			return fmt.Errorf("%s %s: %d without its %s", method, route, status, name)
+		}
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return err
+	}
+	return ans.Value.Content.Get("application/json").Schema.Value.VisitJSON(v)
 }

@@ -185,8 +185,11 @@ func newQueueReconcileCmd() *cobra.Command {
 		`Reconcile re-derives the queue from GitHub (open pull requests carrying
 the label, at their current heads), re-reads pending gates, clears bounced
 entries and takes over a repository lease left by a crashed holder, as the
-server does every 5 minutes. It waits for nothing: while an event of the
-repository is being handled it fails with lease_held; try again.`,
+server does every 5 minutes. While an event of the repository is being
+handled it waits up to 5 seconds for its turn, then fails with lease_held;
+when GitHub cannot be read it fails naming GitHub's answer (HTTP 503 with
+Retry-After while GitHub is away or limits baton, 502 when it refuses the
+App). Try again.`,
 		`  baton queue reconcile octo/app`,
 		func(cmd *cobra.Command, c *client.Client, o *clientOptions, owner, repo string) error {
 			r, err := c.ReconcileQueue(cmd.Context(), owner, repo)
