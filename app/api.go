@@ -105,6 +105,7 @@ type Operations interface {
 type DeadLetters interface {
 	DeadLetters(ctx context.Context, after uint64, limit int) ([]queue.DeadLetter, error)
 	ReplayDeadLetter(ctx context.Context, seq uint64) (queue.DeadLetter, error)
+	DeadLetterOf(ctx context.Context, operationID string) (queue.DeadLetter, error)
 	Ready() error
 }
 

@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -122,9 +125,13 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal)
 	if err != nil {
 		return err
 	}
-	if wait > 0 && !rec.Terminal() {
+	var dl *schema.DeadLetterInfo
+	if !rec.Terminal() {
+		dl = a.deadLetterOf(r.Context(), p, rec.OperationID)
+	}
+	if wait > 0 && !rec.Terminal() && dl == nil {
 		var done bool
-		rec, done, err = a.waitTerminal(r.Context(), rec, wait)
+		rec, dl, done, err = a.waitTerminal(r.Context(), p, rec, wait)
 		if err != nil {
 			return err
 		}
@@ -136,38 +143,72 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal)
 	if err != nil {
 		return err
 	}
+	view.DeadLetter = dl
 	a.writeJSON(w, http.StatusOK, view)
 	return nil
 }
 
+// deadLetterCheckEvery is how often a wait looks for the operation's dead
+// letter (the store is read every pollEvery): an operation moves there only
+// after five failures with backoff between them, and each look is a
+// request to the queue.
+const deadLetterCheckEvery = time.Second
+
+// deadLetterOf is what the status view says of the operation's dead letter:
+// nil when it has none, or when the queue cannot say at the moment (the
+// status is the store's and is answered without it; the lookup is logged).
+func (a *API) deadLetterOf(ctx context.Context, p *Principal, id string) *schema.DeadLetterInfo {
+	dl, err := a.deadLetters.DeadLetterOf(ctx, id)
+	if err != nil {
+		if !errors.Is(err, queue.ErrDeadLetterNotFound) && ctx.Err() == nil {
+			a.log.Warn("status view: dead letter lookup failed", zap.String("event", "api_dead_letter_lookup_failed"),
+				zap.String("operationId", id), zap.Error(err))
+		}
+		return nil
+	}
+	info := &schema.DeadLetterInfo{Sequence: dl.Sequence, Failures: dl.Failures, Time: dl.Time.UTC()}
+	if p.Admin {
+		info.Reason = dl.Reason
+	}
+	return info
+}
+
 // waitTerminal reads the operation again every poll interval until it is
-// terminal or wait has passed. gone is true when the request's context
-// ended first.
-func (a *API) waitTerminal(ctx context.Context, rec schema.Record, wait time.Duration) (_ schema.Record, gone bool, _ error) {
+// terminal, it is found in the dead-letter stream (it would wait there for
+// an operator, past any wait) or wait has passed. gone is true when the
+// request's context ended first.
+func (a *API) waitTerminal(ctx context.Context, p *Principal, rec schema.Record, wait time.Duration) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(a.pollEvery)
 	defer tick.Stop()
+	lastLook := time.Now()
 	for !rec.Terminal() {
 		select {
 		case <-ctx.Done():
-			return rec, true, nil
+			return rec, nil, true, nil
 		case <-deadline.C:
-			return rec, false, nil
+			return rec, nil, false, nil
 		case <-a.closing:
-			return rec, false, nil
+			return rec, nil, false, nil
 		case <-tick.C:
 			next, err := a.ops.Get(ctx, rec.OperationID)
 			if err != nil {
 				if ctx.Err() != nil {
-					return rec, true, nil
+					return rec, nil, true, nil
 				}
-				return rec, false, err
+				return rec, nil, false, err
 			}
 			rec = next
+			if !rec.Terminal() && time.Since(lastLook) >= deadLetterCheckEvery {
+				lastLook = time.Now()
+				if dl := a.deadLetterOf(ctx, p, rec.OperationID); dl != nil {
+					return rec, dl, false, nil
+				}
+			}
 		}
 	}
-	return rec, false, nil
+	return rec, nil, false, nil
 }
 
 // visibleOperation returns the operation if the principal may see it:

@@ -451,6 +451,20 @@ func TestAPIDeadLetters(t *testing.T) {
 	env := newAPIEnv(t)
 	ctx := context.Background()
 	v := env.submit(env.alice, "poison", 10)
+	// A wait begun before the operation is dead-lettered ends when it is:
+	// the operation waits for an operator from then on, not for time.
+	type waited struct {
+		op  client.Operation
+		err error
+		in  time.Duration
+	}
+	waitDone := make(chan waited, 1)
+	go func() {
+		start := time.Now()
+		op, err := env.client(env.alice).Wait(ctx, v.OperationID, 30*time.Second)
+		waitDone <- waited{op, err, time.Since(start)}
+	}()
+	time.Sleep(200 * time.Millisecond) // the wait is under way, finding no dead letter
 	c, err := queue.NewConsumer(env.broker, queue.ConsumerConfig{
 		Handler: func(ctx context.Context, id string) queue.Result {
 			return queue.Failed(errors.New("store unavailable"))
@@ -484,6 +498,26 @@ func TestAPIDeadLetters(t *testing.T) {
 	if len(list.DeadLetters) != 1 || list.DeadLetters[0].OperationID != v.OperationID || list.DeadLetters[0].Failures != 1 {
 		t.Fatalf("dead letters = %+v", list)
 	}
+	seq := list.DeadLetters[0].Sequence
+	// The operation's status says where it is: its actor sees the dead
+	// letter without the reason (baton's to read), an admin with it.
+	w := <-waitDone
+	if w.err != nil || w.op.Status != schema.StatusQueued || w.op.DeadLetter == nil || w.op.DeadLetter.Sequence != seq || w.in > 10*time.Second {
+		t.Errorf("alice's wait = %+v, %v after %s; want queued with the dead letter, ended by it", w.op, w.err, w.in)
+	}
+	got, err := env.client(env.alice).Get(ctx, v.OperationID)
+	if err != nil || got.DeadLetter == nil || *got.DeadLetter != (schema.DeadLetterInfo{Sequence: seq, Failures: 1, Time: list.DeadLetters[0].Time.UTC()}) {
+		t.Errorf("alice's status = %+v, %v", got.DeadLetter, err)
+	}
+	if got, err := admin.Get(ctx, v.OperationID); err != nil || got.DeadLetter == nil || got.DeadLetter.Reason != "store unavailable" {
+		t.Errorf("admin's status = %+v, %v", got.DeadLetter, err)
+	}
+	if op, err := env.client(env.alice).Wait(ctx, v.OperationID, 30*time.Second); err != nil || op.DeadLetter == nil {
+		t.Errorf("a wait on the dead-lettered operation = %+v, %v; want it at once, with the dead letter", op, err)
+	}
+	if list, err := env.client(env.alice).List(ctx, client.ListOptions{}); err != nil || len(list.Operations) != 1 || list.Operations[0].DeadLetter != nil {
+		t.Errorf("alice's list = %+v, %v; lists do not look dead letters up", list, err)
+	}
 	// /metrics shows the dead letter waiting, for an alert, until it is
 	// replayed.
 	waiting := func(n int) string {
@@ -497,7 +531,6 @@ func TestAPIDeadLetters(t *testing.T) {
 	if list.NextAfter != 0 {
 		t.Errorf("nextAfter %d on the only page", list.NextAfter)
 	}
-	seq := list.DeadLetters[0].Sequence
 	if page, err := admin.DeadLetters(ctx, seq, 0); err != nil || len(page.DeadLetters) != 0 {
 		t.Errorf("after the last: %+v, %v", page, err)
 	}
@@ -516,6 +549,9 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 	if list, err := admin.DeadLetters(ctx, 0, 0); err != nil || len(list.DeadLetters) != 0 {
 		t.Errorf("after replay: %+v, %v", list, err)
+	}
+	if got, err := env.client(env.alice).Get(ctx, v.OperationID); err != nil || got.DeadLetter != nil {
+		t.Errorf("alice's status after the replay = %+v, %v; want no dead letter", got.DeadLetter, err)
 	}
 	if err := testutil.CollectAndCompare(metrics, strings.NewReader(waiting(0)), "baton_queue_dead_letters"); err != nil {
 		t.Error(err)

@@ -95,6 +95,28 @@ func (b *Broker) DeadLetter(ctx context.Context, seq uint64) (DeadLetter, error)
 	return s.getDeadLetter(ctx, seq)
 }
 
+// DeadLetterOf returns the operation's dead letter (an operation has at
+// most one), or ErrDeadLetterNotFound when it has none: what the status
+// view shows of an operation that waits for an operator.
+func (b *Broker) DeadLetterOf(ctx context.Context, operationID string) (DeadLetter, error) {
+	s, err := b.session()
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	raw, err := s.dlq.GetLastMsgForSubject(ctx, DeadLetterSubject(operationID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DeadLetter{}, fmt.Errorf("%w: operation %s", ErrDeadLetterNotFound, operationID)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("queue: dead letter of %s: %w", operationID, err)
+	}
+	dl, ok := parseDeadLetter(raw)
+	if !ok {
+		return DeadLetter{}, fmt.Errorf("%w: operation %s", ErrDeadLetterNotFound, operationID)
+	}
+	return dl, nil
+}
+
 func (s *session) getDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
 	raw, err := s.dlq.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -64,6 +64,12 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if n, err := b.DeadLetterCount(ctx); err != nil || n != 1 {
 		t.Errorf("DeadLetterCount = %d, %v; want 1", n, err)
 	}
+	if got, err := b.DeadLetterOf(ctx, "poison"); err != nil || got != dl {
+		t.Errorf("DeadLetterOf(poison) = %+v, %v; want %+v", got, err, dl)
+	}
+	if _, err := b.DeadLetterOf(ctx, "healthy"); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("DeadLetterOf(healthy) = %v, want ErrDeadLetterNotFound", err)
+	}
 
 	healed.Store(true)
 	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
@@ -79,6 +85,9 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	}
 	if _, err := b.ReplayDeadLetter(ctx, dl.Sequence); !errors.Is(err, ErrDeadLetterNotFound) {
 		t.Errorf("second replay = %v, want ErrDeadLetterNotFound", err)
+	}
+	if _, err := b.DeadLetterOf(ctx, "poison"); !errors.Is(err, ErrDeadLetterNotFound) {
+		t.Errorf("DeadLetterOf(poison) after replay = %v, want ErrDeadLetterNotFound", err)
 	}
 	if n := rec.count("poison"); n != 6 {
 		t.Errorf("handler called %d times for poison, want 6 (five failures, one replay)", n)

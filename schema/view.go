@@ -32,8 +32,29 @@ type View struct {
 	LastErrorCategory     string          `json:"lastErrorCategory,omitempty"`
 	LastErrorMessage      string          `json:"lastErrorMessage,omitempty"`
 	CancellationRequested bool            `json:"cancellationRequested"`
-	Result                json.RawMessage `json:"result"`
-	AttemptLog            []Attempt       `json:"attemptLog"`
+	// DeadLetter is set, on GET /v1/operations/{id} only, while an
+	// unfinished operation's message is in the dead-letter stream: it waits
+	// for an operator to replay or cancel it (the record alone says
+	// queued or running). View leaves it nil; the API fills it in.
+	DeadLetter *DeadLetterInfo `json:"deadLetter,omitempty"`
+	Result     json.RawMessage `json:"result"`
+	AttemptLog []Attempt       `json:"attemptLog"`
+}
+
+// DeadLetterInfo is what the status view says of an operation's dead
+// letter.
+type DeadLetterInfo struct {
+	// Sequence is the dead letter's sequence: what `baton dlq replay` and
+	// POST /v1/dlq/{seq}/replay take.
+	Sequence uint64 `json:"sequence"`
+	// Failures is how many times baton failed to handle the operation's
+	// message before it moved it there.
+	Failures int `json:"failures"`
+	// Time is when it was moved there.
+	Time time.Time `json:"time"`
+	// Reason is the last failure's error text, for admin tokens only (it
+	// is baton's, not the caller's, to read).
+	Reason string `json:"reason,omitempty"`
 }
 
 var emptyObject = json.RawMessage(`{}`)

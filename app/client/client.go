@@ -307,8 +307,9 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 	return op, err
 }
 
-// Wait returns the operation once it is terminal, or as it stands after
-// d (d <= 0: no limit but ctx). Each request waits at most 50 s on the
+// Wait returns the operation once it is terminal or in the dead-letter
+// stream (DeadLetter set: it waits for an operator, not for time), or as
+// it stands after d (d <= 0: no limit but ctx). Each request waits at most 50 s on the
 // server (less than the 60 s timeouts of common proxies); requests start
 // at least a second apart, so a server that
 // answers at once (one shutting down, say) is not flooded. An id that is
@@ -339,7 +340,7 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 		if _, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
 			return op, err
 		}
-		if op.Status.Terminal() || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+		if op.Status.Terminal() || op.DeadLetter != nil || (!deadline.IsZero() && !time.Now().Before(deadline)) {
 			return op, nil
 		}
 		pause := minWaitInterval - time.Since(started)

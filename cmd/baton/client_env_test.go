@@ -40,6 +40,9 @@ type cliEnvOptions struct {
 	// complete runs queued operations to success, standing in for the
 	// executor's worker.
 	complete bool
+	// poison fails every operation's message, so that it is
+	// dead-lettered at its first failure.
+	poison bool
 }
 
 // cliInstallations: octo/* is installation 1, the only repositories baton
@@ -93,6 +96,16 @@ func newCLIEnv(t *testing.T, o cliEnvOptions) *cliEnv {
 				}
 				return queue.Done()
 			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.poison {
+		c, err := queue.NewConsumer(env.broker, queue.ConsumerConfig{FetchWait: 100 * time.Millisecond, MaxFailures: 1,
+			Handler: func(context.Context, string) queue.Result { return queue.Failed(errors.New("store unavailable")) }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -233,6 +233,38 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 }
 
+// An operation baton could not handle waits in the dead-letter stream: its
+// status says so (the reason for admins only), and a --wait on it ends at
+// once with exit 6, naming what can be done.
+func TestCLIDeadLetteredOperation(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{poison: true})
+	r := env.as(t, env.alice, "submit", "--key", "poisoned", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10",
+		"--payload", cliComment, "--wait=20s")
+	if r.code != exitDeadLettered || !strings.Contains(r.stderr, "dead-letter stream") || !strings.Contains(r.stderr, "baton dlq replay 1") ||
+		!regexp.MustCompile(`(?m)^dead letter\s+sequence 1, after 1 failures, .*baton dlq replay 1 or a cancel$`).MatchString(r.stdout) {
+		t.Fatalf("submit --wait of a poisoned operation: %+v", r)
+	}
+	id := regexp.MustCompile(`(?m)^operation\s+(\S+)$`).FindStringSubmatch(r.stdout)
+	if id == nil {
+		t.Fatalf("no operation ID in %q", r.stdout)
+	}
+	if r := env.as(t, env.admin, "status", id[1]); r.code != 0 || !strings.Contains(r.stdout, "(last failure: store unavailable)") {
+		t.Errorf("admin's status: %+v", r)
+	}
+	start := time.Now()
+	if r := env.as(t, env.alice, "status", id[1], "--wait", "--json"); r.code != exitDeadLettered || time.Since(start) > 10*time.Second ||
+		!strings.Contains(r.stdout, `"deadLetter": {`) || strings.Contains(r.stdout, "store unavailable") {
+		t.Errorf("alice's status --wait --json: %+v", r)
+	}
+	if r := env.as(t, env.alice, "cancel", id[1]); r.code != 0 {
+		t.Errorf("cancel: %+v", r)
+	}
+	if r := env.as(t, env.alice, "status", id[1], "--wait=5s"); r.code != exitNotSucceeded || strings.Contains(r.stdout, "dead letter") {
+		t.Errorf("status --wait after the cancel: %+v", r)
+	}
+}
+
 // ListInstallations makes the env's installations listable: octo (1) with
 // two repositories, and acme (7), suspended, which alice and bob may not
 // act on.

@@ -179,6 +179,13 @@ func cliPrintOperation(w io.Writer, op client.Operation, asJSON bool) error {
 	if op.CancellationRequested {
 		row("cancellation", "requested")
 	}
+	if dl := op.DeadLetter; dl != nil {
+		v := fmt.Sprintf("sequence %d, after %d failures, %s; waits for baton dlq replay %d or a cancel", dl.Sequence, dl.Failures, cliTime(&dl.Time), dl.Sequence)
+		if dl.Reason != "" {
+			v += " (last failure: " + dl.Reason + ")"
+		}
+		row("dead letter", v)
+	}
 	if op.LastErrorCategory != "" {
 		row("last error", op.LastErrorCategory+": "+op.LastErrorMessage)
 	}
@@ -228,12 +235,17 @@ const (
 	exitNotSucceeded = 4
 	// exitStillRunning: --wait=DURATION ran out before the operation ended.
 	exitStillRunning = 5
+	// exitDeadLettered: the operation is in the dead-letter stream, waiting
+	// for an operator to replay or cancel it.
+	exitDeadLettered = 6
 )
 
 // waitHelp is what --help says about the exit status after --wait.
 const waitHelp = `With --wait the exit status tells the outcome, for scripts: 0 succeeded,
-4 failed or cancelled, 5 not finished when --wait=DURATION ran out (the
-operation is printed in every case).`
+4 failed or cancelled, 5 not finished when --wait=DURATION ran out, 6 not
+finished and in the dead-letter stream, where it waits for an admin to
+replay it (baton dlq replay SEQ) or for you to cancel it (the operation is
+printed in every case).`
 
 // cliWaitOutcome prints op and turns the outcome of a --wait into the exit
 // status: a script that waited for an operation can tell from the exit
@@ -247,6 +259,9 @@ func cliWaitOutcome(w io.Writer, op client.Operation, asJSON bool) error {
 		return nil
 	case op.Status.Terminal():
 		return &exitError{code: exitNotSucceeded, err: fmt.Errorf("operation %s ended %s", op.OperationID, op.Status)}
+	case op.DeadLetter != nil:
+		return &exitError{code: exitDeadLettered, err: fmt.Errorf("operation %s is %s and in the dead-letter stream: an admin can replay it (baton dlq replay %d), or cancel it",
+			op.OperationID, op.Status, op.DeadLetter.Sequence)}
 	default:
 		return &exitError{code: exitStillRunning, err: fmt.Errorf("operation %s is still %s: the wait ran out", op.OperationID, op.Status)}
 	}
