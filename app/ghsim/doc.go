@@ -32,7 +32,9 @@
 // branch's old name answers 301 to its new one); commit statuses (create,
 // combined, list), check runs and suites, branch protection's required
 // status checks, collaborator permissions; the App's webhook deliveries log
-// (list with cursor, get, redeliver); and the manifest conversion. Status
+// (list with cursor, get, redeliver); and the manifest conversion. The
+// html_url of an issue, a pull request or a comment opens a plain page of
+// its state (title, labels, comments; merged or not), read-only. Status
 // codes, headers and JSON shapes follow GitHub's REST documentation (a
 // request body that is not JSON is 400 "Problems parsing JSON", JSON that
 // is not an object 400 "Body should be a JSON object", an object with a

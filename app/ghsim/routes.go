@@ -113,6 +113,9 @@ func (s *Sim) routes() http.Handler {
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
+			if s.servePage(w, r) {
+				return
+			}
 			s.limits.anonymousHeaders(w.Header(), s.now())
 			writeJSON(w, http.StatusNotFound, errorBody("Not Found", docsRoot))
 			return
