@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -124,8 +125,9 @@ type Installations struct {
 	// resync's snapshot cannot overwrite a newer event.
 	mu sync.Mutex
 
-	cache        repoCache // InstallationOf's answers
-	currentCache repoCache // CurrentNames().InstallationOf's
+	cache        repoCache    // InstallationOf's answers
+	currentCache repoCache    // CurrentNames().InstallationOf's
+	accountCache accountCache // SameAccountInstallations'
 
 	lifeMu  sync.Mutex
 	started bool
@@ -280,6 +282,55 @@ func (in *Installations) installationOf(ctx context.Context, owner, repo string,
 	return a.id, nil
 }
 
+// SameAccountInstallations returns ids with every installation the
+// registry knows (removed ones included) of a GitHub account one of ids
+// belongs to, sorted: what an API token bound to ids acts on (see
+// TokenStoreConfig.Accounts). When the App is uninstalled from an account
+// and installed again, GitHub gives the new installation another ID; the
+// account's ID stays (renames included), so a token goes on acting on the
+// account's repositories. An installation whose account ID the registry
+// does not know (one it has not heard of, or one removed before baton
+// recorded account IDs) stands for itself alone. Answers are kept in
+// memory until the registry next changes.
+func (in *Installations) SameAccountInstallations(ctx context.Context, ids []int64) ([]int64, error) {
+	var key strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			key.WriteByte(',')
+		}
+		key.WriteString(strconv.FormatInt(id, 10))
+	}
+	if out, ok := in.accountCache.get(key.String()); ok {
+		return slices.Clone(out), nil
+	}
+	gen := in.accountCache.gen.Load()
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := in.db.Query(ctx, `SELECT DISTINCT o.id FROM installations b JOIN installations o ON o.account_id = b.account_id
+		WHERE b.id IN (SELECT value FROM json_each(?)) AND b.account_id != 0 AND o.account_id != 0`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("app: read the installations of the accounts of installations %s: %w", key.String(), err)
+	}
+	defer rows.Close()
+	out := slices.Clone(ids)
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	in.accountCache.put(key.String(), out, gen)
+	return slices.Clone(out), nil
+}
+
 // Installation returns an installation. A suspended or removed
 // installation is returned with an *InstallationUnavailableError (matching
 // ErrInstallationUnavailable); one baton has never heard of is a not_found
@@ -399,8 +450,10 @@ func (in *Installations) get(ctx context.Context, id int64) (Installation, bool,
 // installationState is what GitHub says of an installation, from a
 // webhook or the REST API.
 type installationState struct {
-	id                  int64
-	account             string
+	id      int64
+	account string
+	// accountID is GitHub's ID of the account (0: not given).
+	accountID           int64
 	accountType         string
 	repositorySelection string
 	permissions         map[string]string
@@ -455,17 +508,33 @@ func (in *Installations) upsertTx(tx *sqlite.Tx, s installationState, now time.T
 	if evsJSON, err = json.Marshal(s.events); err != nil {
 		return c, err
 	}
-	_, err = tx.Exec(`INSERT INTO installations (id, account, account_type, repository_selection, permissions, events, suspended, deleted_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)
+	// The account ID is recorded once and never changed: GitHub never
+	// moves an installation to another account, and a token's binding
+	// follows it (see accountIDOf).
+	_, err = tx.Exec(`INSERT INTO installations (id, account, account_id, account_type, repository_selection, permissions, events, suspended, deleted_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)
 		ON CONFLICT (id) DO UPDATE SET account = excluded.account, account_type = excluded.account_type,
+			account_id = CASE WHEN installations.account_id = 0 THEN excluded.account_id ELSE installations.account_id END,
 			repository_selection = excluded.repository_selection, permissions = excluded.permissions, events = excluded.events,
 			suspended = excluded.suspended, deleted_at = NULL,
 			updated_at = CASE WHEN installations.account = excluded.account AND installations.account_type = excluded.account_type
 				AND installations.repository_selection = excluded.repository_selection AND installations.permissions = excluded.permissions
 				AND installations.events = excluded.events AND installations.suspended = excluded.suspended
 				AND installations.deleted_at IS NULL THEN installations.updated_at ELSE excluded.updated_at END`,
-		s.id, s.account, s.accountType, s.repositorySelection, string(permsJSON), string(evsJSON), s.suspended, now.UnixMicro())
+		s.id, s.account, accountIDOf(s), s.accountType, s.repositorySelection, string(permsJSON), string(evsJSON), s.suspended, now.UnixMicro())
 	return c, err
+}
+
+// accountIDOf is the account ID the registry records for an installation:
+// GitHub's ID of its account if that is a user or an organisation (which
+// share one numbering), else 0. An enterprise's ID is of another
+// numbering: it could equal an organisation's, and a token of the one
+// must never follow it to the other.
+func accountIDOf(s installationState) int64 {
+	if s.accountID <= 0 || (s.accountType != "User" && s.accountType != "Organization") {
+		return 0
+	}
+	return s.accountID
 }
 
 // addReposTx grants repositories to an installation (taking them from any

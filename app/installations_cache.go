@@ -68,11 +68,50 @@ func (c *repoCache) invalidate() {
 	c.mu.Unlock()
 }
 
+// accountCache remembers SameAccountInstallations' answers, by the list of
+// installations asked about, exactly as repoCache does (every change to
+// the registry moves its generation on), so that authenticating a request
+// does not read SQLite.
+type accountCache struct {
+	gen atomic.Uint64
+	mu  sync.RWMutex
+	m   map[string][]int64
+}
+
+func (c *accountCache) get(key string) ([]int64, bool) {
+	c.mu.RLock()
+	ids, ok := c.m[key]
+	c.mu.RUnlock()
+	return ids, ok
+}
+
+// put keeps ids, read under generation gen, unless the registry changed
+// since. The map is emptied at repoCacheSize.
+func (c *accountCache) put(key string, ids []int64, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen.Load() {
+		return
+	}
+	if c.m == nil || len(c.m) >= repoCacheSize {
+		c.m = make(map[string][]int64)
+	}
+	c.m[key] = ids
+}
+
+func (c *accountCache) invalidate() {
+	c.mu.Lock()
+	c.gen.Add(1)
+	c.m = nil
+	c.mu.Unlock()
+}
+
 // write runs fn in a write transaction, dropping the repository aliases
 // fn's changes ended (pruneAliasesTx), and then forgets the cached
 // answers, whatever the outcome (a failed commit may still have changed
 // the file). Every change to the registry's tables goes through it.
 func (in *Installations) write(ctx context.Context, fn func(*sqlite.Tx) error) error {
+	defer in.accountCache.invalidate()
 	defer in.currentCache.invalidate()
 	defer in.cache.invalidate()
 	return in.db.Write(ctx, func(tx *sqlite.Tx) error {

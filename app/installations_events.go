@@ -22,6 +22,7 @@ import (
 type hookInstallation struct {
 	ID      int64 `json:"id"`
 	Account *struct {
+		ID    int64  `json:"id"`
 		Login string `json:"login"`
 		Slug  string `json:"slug"` // enterprise accounts have a slug, not a login
 		Name  string `json:"name"`
@@ -73,6 +74,7 @@ func (h *hookInstallation) state() installationState {
 	}
 	if a := h.Account; a != nil {
 		s.account = cmp.Or(a.Login, a.Slug, a.Name)
+		s.accountID = a.ID
 		s.accountType = cmp.Or(a.Type, h.TargetType)
 	}
 	return s

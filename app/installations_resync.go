@@ -235,6 +235,7 @@ func installationFromREST(gi *github.Installation) (installationState, error) {
 	}
 	if a := gi.Account; a != nil {
 		s.account = cmp.Or(a.GetLogin(), a.GetName())
+		s.accountID = a.GetID()
 		s.accountType = cmp.Or(a.GetType(), s.accountType)
 	}
 	s.permissions = map[string]string{}
