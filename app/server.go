@@ -255,10 +255,6 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.onStop(s.coord.Stop)
 	s.store = executor.NewSQLiteStore(s.db, nil)
-	s.tokens, err = NewTokenStore(s.db, TokenStoreConfig{Logger: s.log})
-	if err != nil {
-		return err
-	}
 
 	// GitHub: the simulator in --dev, given credentials, or stored ones.
 	if err := s.github(ctx); err != nil {
@@ -284,6 +280,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		installsCfg.App, installsCfg.Installation, installsCfg.OnChange = s.gh.App(), s.gh.Installation, s.gh.Forget
 	}
 	s.installs, err = NewInstallations(installsCfg)
+	if err != nil {
+		return err
+	}
+	s.tokens, err = NewTokenStore(s.db, TokenStoreConfig{Logger: s.log, Accounts: s.installs})
 	if err != nil {
 		return err
 	}

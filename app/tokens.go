@@ -34,6 +34,18 @@ import (
 // installation IDs, or all of them. Admin tokens always act on every
 // installation.
 //
+// A binding to an installation follows the installation's GitHub account:
+// the token acts on every installation of the same account the
+// installations registry knows (SameAccountInstallations), by the
+// account's ID, which GitHub never reuses and keeps across renames. So a
+// token goes on working when the App is uninstalled from an organisation
+// and installed again under a new installation ID, and never reaches
+// another account. The account is not stored with the token: it is the
+// registry's to know, so a token made for an installation baton has not
+// heard of yet, or made before baton recorded account IDs, follows the
+// account as soon as the registry learns it (an installation removed
+// before then stays bound by its ID alone).
+//
 // Authenticate keeps what it learned about a token in memory for
 // TokenStoreConfig.CacheTTL (5 s by default), so the API does not read
 // SQLite on every request. Revoking a token through the same TokenStore
@@ -67,14 +79,27 @@ type TokenSpec struct {
 
 // Token describes a stored token (never the token itself).
 type Token struct {
-	ID               int64      `json:"id"`
-	Actor            string     `json:"actor"`
-	Admin            bool       `json:"admin"`
-	AllInstallations bool       `json:"allInstallations"`
-	Installations    []int64    `json:"installations"`
-	CreatedAt        time.Time  `json:"createdAt"`
-	RevokedAt        *time.Time `json:"revokedAt,omitempty"`
-	LastUsedAt       *time.Time `json:"lastUsedAt,omitempty"`
+	ID               int64   `json:"id"`
+	Actor            string  `json:"actor"`
+	Admin            bool    `json:"admin"`
+	AllInstallations bool    `json:"allInstallations"`
+	Installations    []int64 `json:"installations"`
+	// Accounts are the GitHub accounts of Installations that the
+	// installations registry knows: the binding follows them (ListTokens
+	// fills it in).
+	Accounts   []TokenAccount `json:"accounts"`
+	CreatedAt  time.Time      `json:"createdAt"`
+	RevokedAt  *time.Time     `json:"revokedAt,omitempty"`
+	LastUsedAt *time.Time     `json:"lastUsedAt,omitempty"`
+}
+
+// TokenAccount is a GitHub account a token is bound to through one of its
+// installations.
+type TokenAccount struct {
+	// ID is GitHub's ID of the account.
+	ID int64 `json:"id"`
+	// Login is the account's login as the registry last heard it.
+	Login string `json:"login"`
 }
 
 // Revoked reports whether the token was revoked.
@@ -86,7 +111,10 @@ type Principal struct {
 	Actor            string
 	Admin            bool
 	AllInstallations bool
-	Installations    []int64
+	// Installations are the installations the token acts on: those it is
+	// bound to and, with TokenStoreConfig.Accounts, every other
+	// installation of their accounts.
+	Installations []int64
 }
 
 // MayActOn reports whether the principal may act on repositories of the
@@ -109,6 +137,19 @@ type TokenStoreConfig struct {
 	Now func() time.Time
 	// Logger defaults to zap.NewNop().
 	Logger *zap.Logger
+	// Accounts, the installations registry (*Installations), widens the
+	// installations of a token on every request to all those of the same
+	// GitHub accounts. Nil: a token acts on the installation IDs it is
+	// bound to only.
+	Accounts AccountInstallations
+}
+
+// AccountInstallations tells which installations share a GitHub account
+// (*Installations).
+type AccountInstallations interface {
+	// SameAccountInstallations returns ids with every installation of
+	// the accounts ids belong to.
+	SameAccountInstallations(ctx context.Context, ids []int64) ([]int64, error)
 }
 
 // TokenStore creates, lists, revokes and authenticates API tokens kept in
@@ -120,6 +161,7 @@ type TokenStore struct {
 	cacheSize int
 	now       func() time.Time
 	log       *zap.Logger
+	accounts  AccountInstallations
 
 	mu    sync.RWMutex
 	cache map[[sha256.Size]byte]tokenCacheEntry
@@ -164,6 +206,7 @@ func NewTokenStore(db *sqlite.DB, cfg TokenStoreConfig) (*TokenStore, error) {
 		cacheSize: cfg.CacheSize,
 		now:       cfg.Now,
 		log:       cfg.Logger.With(zap.String("subsystem", "tokens")),
+		accounts:  cfg.Accounts,
 		cache:     make(map[[sha256.Size]byte]tokenCacheEntry),
 	}, nil
 }
@@ -206,7 +249,7 @@ func (s *TokenStore) CreateToken(ctx context.Context, spec TokenSpec) (string, T
 	hash := sha256.Sum256([]byte(plain))
 	list, _ := json.Marshal(installations)
 	now := s.now().UTC().Truncate(time.Microsecond)
-	tok := Token{Actor: spec.Actor, Admin: spec.Admin, AllInstallations: all, Installations: installations, CreatedAt: now}
+	tok := Token{Actor: spec.Actor, Admin: spec.Admin, AllInstallations: all, Installations: installations, Accounts: []TokenAccount{}, CreatedAt: now}
 	err := s.db.Write(ctx, func(tx *sqlite.Tx) error {
 		res, err := tx.Exec(`INSERT INTO api_tokens (hash, actor, admin, all_installations, installations, created_at)
 			VALUES (?, ?, ?, ?, ?, ?)`, hash[:], spec.Actor, spec.Admin, all, string(list), now.UnixMicro())
@@ -225,7 +268,13 @@ func (s *TokenStore) CreateToken(ctx context.Context, spec TokenSpec) (string, T
 	delete(s.cache, hash)
 	s.mu.Unlock()
 	s.log.Info("token created", zap.String("event", "token_created"), zap.Int64("tokenId", tok.ID), zap.Bool("admin", tok.Admin))
-	return plain, tok, nil
+	toks := []Token{tok}
+	if err := s.fillAccounts(ctx, toks); err != nil {
+		// The token is stored: its holder must get it all the same.
+		s.log.Warn("reading the new token's accounts failed", zap.String("event", "token_accounts_failed"), zap.Int64("tokenId", tok.ID), zap.Error(err))
+		return plain, tok, nil
+	}
+	return plain, toks[0], nil
 }
 
 // ListTokens returns every token, revoked ones included, oldest first.
@@ -247,7 +296,54 @@ func (s *TokenStore) ListTokens(ctx context.Context) ([]Token, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("app: list tokens: %w", err)
 	}
+	rows.Close()
+	if err := s.fillAccounts(ctx, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// fillAccounts sets the Accounts of tokens from the installations
+// registry's table: the accounts of their installations whose account ID
+// it knows, each with the login of its installation in force (or else
+// last changed).
+func (s *TokenStore) fillAccounts(ctx context.Context, tokens []Token) error {
+	rows, err := s.db.Query(ctx, `SELECT id, account_id, account FROM installations WHERE account_id != 0
+		ORDER BY deleted_at IS NULL, updated_at, id`)
+	if err != nil {
+		return fmt.Errorf("app: read the accounts of installations: %w", err)
+	}
+	defer rows.Close()
+	accountOf := map[int64]int64{}
+	login := map[int64]string{}
+	for rows.Next() {
+		var (
+			id, account int64
+			name        string
+		)
+		if err := rows.Scan(&id, &account, &name); err != nil {
+			return fmt.Errorf("app: read the accounts of installations: %w", err)
+		}
+		accountOf[id] = account
+		login[account] = name // the last row wins: in force, else newest
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("app: read the accounts of installations: %w", err)
+	}
+	for i := range tokens {
+		t := &tokens[i]
+		t.Accounts = []TokenAccount{}
+		if t.AllInstallations {
+			continue
+		}
+		for _, id := range t.Installations {
+			a, ok := accountOf[id]
+			if ok && !slices.ContainsFunc(t.Accounts, func(x TokenAccount) bool { return x.ID == a }) {
+				t.Accounts = append(t.Accounts, TokenAccount{ID: a, Login: login[a]})
+			}
+		}
+	}
+	return nil
 }
 
 // RevokeToken revokes a token: from now on it authenticates nobody (at
@@ -279,7 +375,13 @@ func (s *TokenStore) RevokeToken(ctx context.Context, id int64) (Token, error) {
 	}
 	s.mu.Unlock()
 	s.log.Info("token revoked", zap.String("event", "token_revoked"), zap.Int64("tokenId", id))
-	return tok, nil
+	toks := []Token{tok}
+	if err := s.fillAccounts(ctx, toks); err != nil {
+		// The revocation stands: say so all the same.
+		s.log.Warn("reading the revoked token's accounts failed", zap.String("event", "token_accounts_failed"), zap.Int64("tokenId", id), zap.Error(err))
+		return tok, nil
+	}
+	return toks[0], nil
 }
 
 // errBadAPIToken is what every refused token gets: missing, malformed,
@@ -287,7 +389,20 @@ func (s *TokenStore) RevokeToken(ctx context.Context, id int64) (Token, error) {
 var errBadAPIToken = &schema.Error{Code: schema.CodeUnauthorized, Message: "missing, unknown or revoked API token"}
 
 // Authenticate returns the principal of a token, or an unauthorized error.
+// With TokenStoreConfig.Accounts, the principal's installations are those
+// of the token's accounts, as the registry knows them now.
 func (s *TokenStore) Authenticate(ctx context.Context, token string) (Principal, error) {
+	p, err := s.authenticate(ctx, token)
+	if err != nil || s.accounts == nil || p.Admin || p.AllInstallations {
+		return p, err
+	}
+	if p.Installations, err = s.accounts.SameAccountInstallations(ctx, p.Installations); err != nil {
+		return Principal{}, fmt.Errorf("app: token %d: %w", p.TokenID, err)
+	}
+	return p, nil
+}
+
+func (s *TokenStore) authenticate(ctx context.Context, token string) (Principal, error) {
 	if len(token) != tokenLen || !strings.HasPrefix(token, TokenPrefix) {
 		return Principal{}, errBadAPIToken
 	}
@@ -423,6 +538,7 @@ func scanToken(row tokenRowScanner) (Token, error) {
 	if err := json.Unmarshal([]byte(list), &t.Installations); err != nil {
 		return Token{}, fmt.Errorf("app: token %d: installations: %w", t.ID, err)
 	}
+	t.Accounts = []TokenAccount{}
 	t.CreatedAt = time.UnixMicro(created).UTC()
 	if revoked.Valid {
 		r := time.UnixMicro(revoked.Int64).UTC()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +75,10 @@ func newTokenCmd() *cobra.Command {
 		Short: "Create, list and revoke API tokens (works on the data directory)",
 		Long: `API tokens authenticate clients of the server. Each names an actor (the actor
 of everything done with it), whether it is an admin token, and the
-installations (GitHub accounts) it may act on.
+installations (GitHub accounts) it may act on. A token bound to an
+installation acts on every installation of the same GitHub account: it
+goes on working when the App is uninstalled and installed again under a
+new installation ID, and never reaches another account.
 
 These commands work on the server's data directory directly (--data, env
 BATON_DATA, default ./baton-data); the server may be running. Only a
@@ -108,7 +112,16 @@ A non-admin token sees and cancels only its actor's operations, and acts
 (repeatable), or on all with --all-installations. An admin token (--admin) sees every actor's
 operations, manages dead letters, and acts on every installation. Actor
 names beginning with "github:" are reserved for the operations baton
-derives from webhooks.`,
+derives from webhooks.
+
+The binding to an installation follows its GitHub account, by the
+account's ID (kept across renames, never reused): when the App is
+uninstalled from the account and installed again, GitHub gives the new
+installation another ID, and the token acts on it too; it never acts on
+another account's installations. An installation the server has not
+heard of yet may be given: the token follows its account once the server
+learns of it. (An installation removed before baton recorded account IDs
+binds by its ID alone.) baton token list shows each token's accounts.`,
 		Example: `  baton token create --actor release-bot --installation 12345678
   baton token create --actor ops --admin
   baton token create --actor ci --all-installations --json`,
@@ -141,7 +154,7 @@ derives from webhooks.`,
 			if d.json {
 				return cliPrintJSON(cmd.OutOrStdout(), map[string]any{
 					"token": plain, "id": tok.ID, "actor": tok.Actor, "admin": tok.Admin,
-					"allInstallations": tok.AllInstallations, "installations": tok.Installations,
+					"allInstallations": tok.AllInstallations, "installations": tok.Installations, "accounts": tok.Accounts,
 				})
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), plain)
@@ -150,7 +163,7 @@ derives from webhooks.`,
 	}
 	cmd.Flags().StringVar(&spec.Actor, "actor", "", "the actor of everything done with the token (required)")
 	cmd.Flags().BoolVar(&spec.Admin, "admin", false, "an admin token: every actor's operations, dead letters, every installation")
-	cmd.Flags().Int64SliceVar(&installations, "installation", nil, "an installation ID the token may act on (repeatable)")
+	cmd.Flags().Int64SliceVar(&installations, "installation", nil, "an installation ID the token may act on, and so its account's other installations (repeatable)")
 	cmd.Flags().BoolVar(&spec.AllInstallations, "all-installations", false, "the token may act on every installation")
 	d = addTokenDataFlags(cmd)
 	return cmd
@@ -159,8 +172,12 @@ derives from webhooks.`,
 func newTokenListCmd() *cobra.Command {
 	var d *tokenDataDir
 	cmd := &cobra.Command{
-		Use:     "list",
-		Short:   "List tokens (never the tokens themselves)",
+		Use:   "list",
+		Short: "List tokens (never the tokens themselves)",
+		Long: `List prints every token, revoked ones included: its actor, whether it is an
+admin token, the installation IDs it is bound to, and the GitHub accounts
+of those installations ("login (account ID)") as the server's registry
+knows them: the token acts on every installation of these accounts.`,
 		Example: `  baton token list --data /var/lib/baton`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -185,21 +202,26 @@ func newTokenListCmd() *cobra.Command {
 
 func cliPrintTokens(w io.Writer, tokens []app.Token) error {
 	tw := cliTable(w)
-	fmt.Fprintln(tw, "ID\tACTOR\tADMIN\tINSTALLATIONS\tCREATED\tLAST USED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tACTOR\tADMIN\tINSTALLATIONS\tACCOUNTS\tCREATED\tLAST USED\tREVOKED")
 	for _, t := range tokens {
-		inst := "all"
+		inst, accounts := "all", "all"
 		if !t.AllInstallations {
 			ids := make([]string, len(t.Installations))
 			for i, id := range t.Installations {
 				ids[i] = strconv.FormatInt(id, 10)
 			}
 			inst = strings.Join(ids, ",")
+			names := make([]string, len(t.Accounts))
+			for i, a := range t.Accounts {
+				names[i] = fmt.Sprintf("%s (%d)", a.Login, a.ID)
+			}
+			accounts = cmp.Or(strings.Join(names, ", "), "-")
 		}
 		admin := "no"
 		if t.Admin {
 			admin = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Actor, admin, inst, cliTime(&t.CreatedAt), cliTime(t.LastUsedAt), cliTime(t.RevokedAt))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Actor, admin, inst, accounts, cliTime(&t.CreatedAt), cliTime(t.LastUsedAt), cliTime(t.RevokedAt))
 	}
 	return tw.Flush()
 }
