@@ -102,7 +102,7 @@ type Config struct {
 	// Dev starts a GitHub simulator in this process on a loopback port,
 	// seeded with installation 1 and octo/demo, and runs baton as its App
 	// with pacing off. Start then creates an admin token and writes
-	// <data>/dev.json.
+	// <data>/dev.json. Listen must then be a loopback address.
 	Dev bool
 
 	// Logger defaults to zap.NewNop().
@@ -194,10 +194,28 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.AppID > 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
 		return nil, errors.New("an App ID needs the App's private key and webhook secret")
 	}
-	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
 	}
+	if cfg.Dev && !loopbackHost(host) {
+		// --dev prints an admin token and writes it to dev.json: it is
+		// for one machine, and promises nothing beyond the loopback
+		// interface.
+		return nil, fmt.Errorf("--dev listens on the loopback interface only (127.0.0.1, ::1 or localhost), not %q", cfg.Listen)
+	}
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// loopbackHost reports whether a listen address's host is a loopback
+// interface: "localhost" or a loopback IP (an empty host is every
+// interface).
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Start opens everything and serves HTTP. It returns once the server

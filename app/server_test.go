@@ -399,6 +399,9 @@ func TestServerConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"ack wait below lease ttl": {AckWait: 10 * time.Second, LeaseTTL: 30 * time.Second},
 		"dev with credentials":     {Dev: true, AppID: 5},
+		"dev on every interface":   {Dev: true, Listen: "0.0.0.0:0"},
+		"dev on an empty host":     {Dev: true, Listen: ":0"},
+		"dev on every v6 address":  {Dev: true, Listen: "[::]:0"},
 		"app id without key":       {AppID: 5},
 		"bad listen":               {Listen: "nowhere"},
 		"workers":                  {Workers: -1},
@@ -406,6 +409,11 @@ func TestServerConfigErrors(t *testing.T) {
 	} {
 		if _, err := NewServer(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0", "localhost:0", "LOCALHOST:0"} {
+		if _, err := NewServer(Config{Dev: true, Listen: listen}); err != nil {
+			t.Errorf("dev on %s: %v", listen, err)
 		}
 	}
 	// A taken address fails Start before anything else starts.

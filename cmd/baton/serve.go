@@ -71,7 +71,8 @@ as the App.
 --dev runs a GitHub simulator in this process instead of GitHub, seeded with
 installation 1 and repository octo/demo (pull requests #1–#3, issues
 #10–#12, branch main), creates an admin token, writes <data>/dev.json and
-prints commands to try. Nothing leaves the loopback interface.
+prints commands to try. Nothing leaves the loopback interface: with --dev,
+--listen must be a loopback address (127.0.0.1, ::1 or localhost).
 
 The merge queue merges pull requests labeled --merge-queue-label one at a
 time, in order, once the checks of their head passed: the checks listed in
