@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,6 +119,16 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("sqlite: create data directory: %w", err)
 		}
+	}
+	// A new database is created private to its owner (SQLite would
+	// create it, and its -wal and -shm files after it, with the process's
+	// umask: readable by everyone, usually). It holds what clients asked
+	// of GitHub, payloads included, on repositories that may be private.
+	// An existing file keeps the mode it has.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sqlite: create %s: %w", path, err)
 	}
 	writer, err := sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -56,5 +57,33 @@ func closeWithQueuedWrites(t *testing.T) {
 	var n int
 	if err := db2.QueryRow(ctx, `SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != len(fns) {
 		t.Fatalf("%d rows after reopening (%v), want %d", n, err, len(fns))
+	}
+}
+
+// A database Open creates, and the -wal and -shm files SQLite makes beside
+// it, are readable by their owner only, whatever the umask: they hold
+// what clients asked of GitHub.
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "t.db")
+	db, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Write(context.Background(), func(tx *Tx) error {
+		_, err := tx.Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := st.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s has mode %v, want no access for group and others", filepath.Base(name), perm)
+		}
 	}
 }
