@@ -16,7 +16,9 @@ package app
 // its token's actor, never a field of the request. A non-admin token sees,
 // waits on and cancels only its actor's operations (another actor's
 // operation is 404 not_found, exactly like a missing one) and lists only
-// them; an admin token sees every actor's. A token acts only on
+// them; an admin token sees every actor's. A token has at most
+// APIConfig.MaxWaitsPerToken ?wait= requests waiting at once; the others
+// are answered at once. A token acts only on
 // repositories of the installations it is bound to (admin tokens: all):
 // an operation or a lease elsewhere is 403 forbidden. Dead letters are for
 // admin tokens only (403 otherwise): they name any actor's operations.
@@ -193,7 +195,17 @@ type APIConfig struct {
 	// WaitPollInterval is how often a ?wait= request reads the operation
 	// again. Defaults to 100ms.
 	WaitPollInterval time.Duration
+	// MaxWaitsPerToken bounds the ?wait= requests of one API token that
+	// wait at once; the token's further ones are answered at once, with
+	// the operation as it stands, as a wait that ran out. Each wait reads
+	// the store every WaitPollInterval: without a bound, one client
+	// holding idle connections open would keep the store busy. Defaults
+	// to DefaultMaxWaitsPerToken (64).
+	MaxWaitsPerToken int
 }
+
+// DefaultMaxWaitsPerToken is the default of APIConfig.MaxWaitsPerToken.
+const DefaultMaxWaitsPerToken = 64
 
 // API is baton's HTTP API. It is an http.Handler.
 type API struct {
@@ -209,6 +221,10 @@ type API struct {
 	maxBody       int64
 	maxWait       time.Duration
 	pollEvery     time.Duration
+	maxWaits      int
+
+	waitsMu sync.Mutex
+	waits   map[int64]int // token ID → its ?wait= requests waiting now
 
 	mux     *http.ServeMux
 	metrics *apiMetrics
@@ -250,7 +266,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 			return nil, errors.New("app: every APIConfig.Readiness check needs a Name and a Check")
 		}
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.WaitPollInterval < 0 || cfg.ReadinessTimeout < 0 {
+	if cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.WaitPollInterval < 0 || cfg.ReadinessTimeout < 0 || cfg.MaxWaitsPerToken < 0 {
 		return nil, errors.New("app: APIConfig limits must not be negative")
 	}
 	a := &API{
@@ -266,6 +282,8 @@ func NewAPI(cfg APIConfig) (*API, error) {
 		maxBody:       cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		maxWait:       cmp.Or(cfg.MaxWait, MaxOperationWait),
 		pollEvery:     cmp.Or(cfg.WaitPollInterval, 100*time.Millisecond),
+		maxWaits:      cmp.Or(cfg.MaxWaitsPerToken, DefaultMaxWaitsPerToken),
+		waits:         map[int64]int{},
 		mux:           http.NewServeMux(),
 		closing:       make(chan struct{}),
 	}

@@ -129,7 +129,8 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal)
 	if !rec.Terminal() {
 		dl = a.deadLetterOf(r.Context(), p, rec.OperationID)
 	}
-	if wait > 0 && !rec.Terminal() && dl == nil {
+	if wait > 0 && !rec.Terminal() && dl == nil && a.startWait(p) {
+		defer a.endWait(p)
 		var done bool
 		rec, dl, done, err = a.waitTerminal(r.Context(), p, rec, wait)
 		if err != nil {
@@ -171,6 +172,27 @@ func (a *API) deadLetterOf(ctx context.Context, p *Principal, id string) *schema
 		info.Reason = dl.Reason
 	}
 	return info
+}
+
+// startWait takes one of the principal's token's places to wait; false
+// when they are all taken (the request is then answered at once).
+func (a *API) startWait(p *Principal) bool {
+	a.waitsMu.Lock()
+	defer a.waitsMu.Unlock()
+	if a.waits[p.TokenID] >= a.maxWaits {
+		return false
+	}
+	a.waits[p.TokenID]++
+	return true
+}
+
+// endWait gives back a place startWait took.
+func (a *API) endWait(p *Principal) {
+	a.waitsMu.Lock()
+	defer a.waitsMu.Unlock()
+	if a.waits[p.TokenID]--; a.waits[p.TokenID] <= 0 {
+		delete(a.waits, p.TokenID)
+	}
 }
 
 // waitTerminal reads the operation again every poll interval until it is

@@ -203,6 +203,53 @@ func TestAPIGetWait(t *testing.T) {
 	}
 }
 
+// One token holds at most 64 ?wait= requests waiting at once (each reads
+// the store ten times a second); its next one is answered at once with the
+// operation as it stands, while another token's still waits.
+func TestAPIWaitsPerTokenBounded(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	v := env.submit(env.alice, "many-waits", 10)
+	path := "/v1/operations/" + v.OperationID
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil { // again when answered at once
+				req, _ := http.NewRequestWithContext(ctx, "GET", env.URL+path+"?wait=60s", nil)
+				req.Header.Set("Authorization", "Bearer "+env.alice)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	// The 65th is answered at once, once the 64 wait (a wait that
+	// takes 1 s found a place: one of them was between two requests).
+	for try := 0; ; try++ {
+		start := time.Now()
+		r := env.do("GET", path+"?wait=1s", env.alice, nil)
+		var got schema.View
+		r.decode(t, &got)
+		if r.status != 200 || got.Status != schema.StatusQueued {
+			t.Fatalf("wait beyond the bound: %d %s", r.status, r.body)
+		}
+		if time.Since(start) < 500*time.Millisecond {
+			break
+		}
+		if try == 10 {
+			t.Fatalf("a token's 65th wait still waited (%s)", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond) // for the one it displaced to wait again
+	}
+	start := time.Now()
+	if r := env.do("GET", path+"?wait=300ms", env.admin, nil); r.status != 200 || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("another token's wait: %d after %s", r.status, time.Since(start))
+	}
+}
+
 // A non-admin token lists its actor's operations; an admin sees all;
 // pages follow the cursor; filters apply.
 func TestAPIListOperations(t *testing.T) {
