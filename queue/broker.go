@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,8 @@ type Config struct {
 	// ListenAddr makes the embedded server accept NATS clients on host:port
 	// (for example "127.0.0.1:4222"; port 0 picks a free port), so that an
 	// operator can point the nats CLI at it. The listener has no
-	// authentication: keep it on a loopback or otherwise private address.
+	// authentication: keep it on a loopback or otherwise private address
+	// (every interface, "0.0.0.0:4222" or ":4222", is refused).
 	// Empty (the default): no listening socket at all; baton talks to the
 	// server in-process.
 	ListenAddr string
@@ -120,6 +122,14 @@ func (c *Config) fill() error {
 		}
 		if c.CredentialsFile != "" || c.NKeySeedFile != "" || c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != "" {
 			errs = append(errs, errors.New("credentials and TLS files apply to an external server (URL)"))
+		}
+		if host, _, err := net.SplitHostPort(c.ListenAddr); c.ListenAddr != "" && err == nil {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				// Every interface, public ones included, for a listener
+				// without authentication: anyone reaching the machine
+				// could read, take or delete the queue's messages.
+				errs = append(errs, fmt.Errorf("ListenAddr %q listens on every interface, and the embedded server has no authentication: give a loopback or private address (127.0.0.1:4222)", c.ListenAddr))
+			}
 		}
 	} else {
 		if c.ListenAddr != "" {

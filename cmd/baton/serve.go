@@ -117,7 +117,7 @@ checks GitHub first when it runs again), then exit 0.`,
 	f.StringVar(&o.previousSecretFile, "previous-webhook-secret-file", "", "file holding a second webhook secret accepted while rotating")
 	f.StringVar(&o.pacing, "github-pacing", "on", "pace each installation's mutating requests as GitHub asks (on|off; --dev: off)")
 	f.StringVar(&o.natsURL, "nats", "", "external NATS server or cluster URL(s); default: embedded")
-	f.StringVar(&o.natsListen, "nats-listen", "", "let the embedded NATS server accept clients on this address (e.g. 127.0.0.1:4222)")
+	f.StringVar(&o.natsListen, "nats-listen", "", "let the embedded NATS server accept clients on this address, loopback or private: it has no authentication (e.g. 127.0.0.1:4222)")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (external server)")
 	f.StringVar(&o.natsNKey, "nats-nkey", "", "NATS NKey seed file (external server)")
 	f.StringVar(&o.natsTLSCA, "nats-tls-ca", "", "CA file to trust for the NATS server")
