@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 )
 
@@ -30,10 +29,10 @@ func (s *Server) startDev(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(s.cfg.DataDir, DevFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+	// Through a new temporary file of mode 0600: os.WriteFile would keep
+	// the mode of a file found under the temporary name.
+	if err := writeSecretFile(filepath.Join(s.cfg.DataDir, DevFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }

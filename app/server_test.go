@@ -78,6 +78,11 @@ func cmpString(a, b string) string {
 func TestServerDev(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// A file left where dev.json is written first (by a crash, or by
+	// someone else) does not lend it its mode.
+	if err := os.WriteFile(filepath.Join(dir, DevFile+".tmp"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	srv := startServer(t, Config{Dev: true, DataDir: dir})
 	b, err := os.ReadFile(filepath.Join(dir, DevFile))
 	if err != nil {
