@@ -21,6 +21,7 @@ const (
 	CodeLeaseHeld           Code = "lease_held"
 	CodeLeaseLost           Code = "lease_lost"
 	CodePayloadTooLarge     Code = "payload_too_large"
+	CodeRateLimited         Code = "rate_limited"
 	CodeInternal            Code = "internal"
 )
 
@@ -37,6 +38,7 @@ var httpStatus = map[Code]int{
 	CodeLeaseHeld:           http.StatusConflict,
 	CodeLeaseLost:           http.StatusConflict,
 	CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	CodeRateLimited:         http.StatusTooManyRequests,
 	CodeInternal:            http.StatusInternalServerError,
 }
 

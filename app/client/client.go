@@ -28,6 +28,7 @@ const (
 	CodeLeaseHeld           = "lease_held"
 	CodeLeaseLost           = "lease_lost"
 	CodePayloadTooLarge     = "payload_too_large"
+	CodeRateLimited         = "rate_limited"
 	CodeInternal            = "internal"
 )
 

@@ -115,7 +115,9 @@ func (c *Client) QueueAudit(ctx context.Context, owner, repo string) (QueueAudit
 }
 
 // ReconcileQueue repairs a merge queue from GitHub now. While an event of
-// the repository is being handled it is an *Error with code lease_held.
+// the repository is being handled it is an *Error with code lease_held;
+// less than a minute after this token's last reconcile of the repository,
+// one with code rate_limited (Details "retryAfter", in seconds).
 func (c *Client) ReconcileQueue(ctx context.Context, owner, repo string) (QueueReconcileReport, error) {
 	var r QueueReconcileReport
 	_, err := c.do(ctx, http.MethodPost, QueuePath(owner, repo)+"/reconcile", nil, nil, &r)

@@ -1,12 +1,15 @@
 package mergequeue
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,7 +35,9 @@ type AuditLogBody struct {
 //	GET  /v1/repos/{owner}/{repo}/queue            State: the entries, with positions
 //	GET  /v1/repos/{owner}/{repo}/queue/events     EventLogBody, oldest first
 //	GET  /v1/repos/{owner}/{repo}/queue/audit      AuditLogBody, oldest first
-//	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held,
+//	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held;
+//	                                               429 rate_limited within ReconcileSpacing of the
+//	                                               same credential's last reconcile of the repository;
 //	                                               503/502 (code internal) when GitHub fails its reads
 //
 // The routes take no query parameters (a query string is invalid_request).
@@ -43,7 +48,7 @@ type AuditLogBody struct {
 // error without a code is answered 500. Errors are baton's API errors:
 // {"error": {"code", "message", "details"?}}.
 func NewHandler(q *Queue, authorize func(r *http.Request, owner, repo string) error) http.Handler {
-	h := &handler{q: q, authorize: authorize}
+	h := &handler{q: q, authorize: authorize, turns: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	for _, rt := range h.routes() {
 		mux.HandleFunc(rt.pattern, h.route(rt.method, rt.fn))
@@ -67,6 +72,9 @@ func Routes() []string {
 type handler struct {
 	q         *Queue
 	authorize func(r *http.Request, owner, repo string) error
+
+	turnsMu sync.Mutex
+	turns   map[string]time.Time // credential and repository → its last reconcile's start
 }
 
 type repoHandler func(w http.ResponseWriter, r *http.Request, owner, repo string)
@@ -147,6 +155,51 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request, owner, repo stri
 // lease before answering lease_held.
 const reconcileTurnWait = 5 * time.Second
 
+// ReconcileSpacing is the least time between two reconciles of a repository
+// asked for over HTTP with one credential (the Authorization header): a
+// reconcile reads the repository's open pull requests and the gates of its
+// entries from GitHub, on the installation's hourly budget, which one
+// client asking again and again would spend in a minute, and every
+// operation of the installation would then wait for the budget's reset.
+// A reconcile asked for sooner is answered 429 rate_limited, with
+// Retry-After.
+const ReconcileSpacing = time.Minute
+
+// takeTurn reserves the credential's reconcile of the repository now.
+// It returns the time left before one may be asked for (nothing is
+// reserved then), or a function that gives the turn back (for a
+// reconcile that did not run).
+func (h *handler) takeTurn(r *http.Request, owner, repo string) (time.Duration, func()) {
+	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	key := hex.EncodeToString(sum[:]) + " " + nameKey(owner, repo)
+	now := h.q.cfg.Clock.Now()
+	h.turnsMu.Lock()
+	defer h.turnsMu.Unlock()
+	last, had := h.turns[key]
+	if had && now.Sub(last) < ReconcileSpacing {
+		return ReconcileSpacing - now.Sub(last), nil
+	}
+	if len(h.turns) >= 1024 {
+		for k, t := range h.turns {
+			if now.Sub(t) >= ReconcileSpacing {
+				delete(h.turns, k)
+			}
+		}
+	}
+	h.turns[key] = now
+	return 0, func() {
+		h.turnsMu.Lock()
+		defer h.turnsMu.Unlock()
+		if h.turns[key].Equal(now) {
+			if had {
+				h.turns[key] = last
+			} else {
+				delete(h.turns, key)
+			}
+		}
+	}
+}
+
 func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo string) {
 	inst, err := h.q.installationOf(r.Context(), owner, repo)
 	if err != nil {
@@ -160,10 +213,35 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request, owner, repo 
 	// Webhook processing holds the repository's lease for moments at a
 	// time: an operator's reconcile waits for a turn a little while
 	// before answering lease_held.
+	// While the lease is held, the answer is lease_held whenever the last
+	// reconcile was; only a reconcile about to run takes a turn
+	// (ReconcileSpacing), given back if it did not run after all.
 	var rep Report
 	for wait := time.Now().Add(reconcileTurnWait); ; {
+		var giveBack func()
+		if st, err := h.q.cfg.Leases.Check(r.Context(), LeaseKey(owner, repo)); err == nil && !st.Locked {
+			left, back := h.takeTurn(r, owner, repo)
+			if back == nil {
+				secs := int64((left + time.Second - 1) / time.Second)
+				w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+				h.fail(w, r, &schema.Error{Code: schema.CodeRateLimited,
+					Message: fmt.Sprintf("%s/%s was reconciled less than %s ago with this token; ask again in %ds (the queue also reconciles itself every few minutes)",
+						owner, repo, ReconcileSpacing, secs),
+					Details: map[string]any{"retryAfter": secs}})
+				return
+			}
+			giveBack = back
+		}
 		rep, err = h.q.reconcile(r.Context(), inst, owner, repo, false)
+		if giveBack != nil && err == nil && rep.Skipped {
+			giveBack() // the lease was taken since it was checked: nothing ran
+		}
 		if err != nil {
+			if giveBack != nil && !executor.Classify(err, time.Now()).PauseInstallation {
+				// It did not run through: a try again (the client's own, after
+				// a 503) may run. A rate limit GitHub imposed keeps the turn.
+				giveBack()
+			}
 			if h.githubFailed(w, r, owner, repo, err) {
 				return
 			}

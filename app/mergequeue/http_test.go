@@ -125,12 +125,16 @@ func TestHTTPRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Held for a moment only (as webhook processing holds it), the
-	// reconcile waits for its turn.
+	// reconcile waits for its turn. (A handler of its own: this one
+	// reconciled the repository with this token less than
+	// ReconcileSpacing ago.)
+	fresh := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
+	t.Cleanup(fresh.Close)
 	if l, err = s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "briefly", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	time.AfterFunc(500*time.Millisecond, func() { _ = s.coord.Release(context.Background(), l) })
-	if a = call(t, srv, "POST", base+"/reconcile", "good"); a.status != 200 || a.body["skipped"] != false {
+	if a = call(t, fresh, "POST", base+"/reconcile", "good"); a.status != 200 || a.body["skipped"] != false {
 		t.Errorf("POST reconcile while the lease is held for a moment: %d %s", a.status, a.raw)
 	}
 
@@ -264,4 +268,71 @@ func describedAnswer(method, route string, status int, h http.Header, body []byt
 		return err
 	}
 	return ans.Value.Content.Get("application/json").Schema.Value.VisitJSON(v)
+}
+
+// One token reconciles a repository at most once per ReconcileSpacing: a
+// reconcile reads from GitHub on the installation's budget, which a client
+// asking in a loop would spend. The next is 429 rate_limited with
+// Retry-After, another token or repository is not held back, a lease held
+// is still lease_held, and once the spacing has passed it runs again.
+func TestHTTPReconcileSpacing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{noWebhooks: true, fakeClock: true})
+	for _, repo := range []string{"spaced", "other"} { // queues baton knows
+		s.repo(t, repo, 1, []string{"ci"})
+		if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", repo+"-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow := func(r *http.Request, owner, repo string) error {
+		if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
+			return nil
+		}
+		return schema.ErrUnauthorized
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, allow))
+	t.Cleanup(srv.Close)
+	path := "/v1/repos/octo/spaced/queue/reconcile"
+	if a := call(t, srv, "POST", path, "good"); a.status != 200 || a.body["skipped"] != false {
+		t.Fatalf("first reconcile: %d %s", a.status, a.raw)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer good")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "60" {
+		t.Errorf("second reconcile at once: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if a := call(t, srv, "POST", path, "good"); errorCode(a) != "rate_limited" || !strings.Contains(a.raw, "retryAfter") {
+		t.Errorf("third reconcile at once: %d %s", a.status, a.raw)
+	}
+	if a := call(t, srv, "POST", path, "good-2"); a.status != 200 {
+		t.Errorf("another token's reconcile: %d %s", a.status, a.raw)
+	}
+	if a := call(t, srv, "POST", "/v1/repos/octo/other/queue/reconcile", "good"); a.status != 200 {
+		t.Errorf("another repository's reconcile: %d %s", a.status, a.raw)
+	}
+	// The lease held by someone else: lease_held, as ever, however
+	// recent the last reconcile.
+	l, err := s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", "spaced"), "someone-else", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := call(t, srv, "POST", path, "good"); a.status != 409 || errorCode(a) != "lease_held" {
+		t.Errorf("reconcile, lease held: %d %s", a.status, a.raw)
+	}
+	if err := s.coord.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(time.Minute) // mergequeue.ReconcileSpacing
+	if a := call(t, srv, "POST", path, "good"); a.status != 200 || a.body["skipped"] != false {
+		t.Errorf("reconcile once the spacing has passed: %d %s", a.status, a.raw)
+	}
 }

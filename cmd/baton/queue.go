@@ -189,7 +189,9 @@ server does every 5 minutes. While an event of the repository is being
 handled it waits up to 5 seconds for its turn, then fails with lease_held;
 when GitHub cannot be read it fails naming GitHub's answer (HTTP 503 with
 Retry-After while GitHub is away or limits baton, 502 when it refuses the
-App). Try again.`,
+App). Try again. A reconcile reads from GitHub on the installation's hourly
+budget, so one token reconciles a repository at most once a minute
+(rate_limited otherwise, saying when to ask again).`,
 		`  baton queue reconcile octo/app`,
 		func(cmd *cobra.Command, c *client.Client, o *clientOptions, owner, repo string) error {
 			r, err := c.ReconcileQueue(cmd.Context(), owner, repo)
