@@ -182,10 +182,19 @@ func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
 	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "ghfail-1")); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
+	// Each case with its own token ("good-N"): one token reconciles a
+	// repository at most once a minute (TestHTTPReconcileSpacing), unless
+	// the reconcile did not run through.
+	allow := func(r *http.Request, owner, repo string) error {
+		if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
+			return nil
+		}
+		return schema.ErrUnauthorized
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, allow))
 	t.Cleanup(srv.Close)
 	path := "/v1/repos/octo/" + repo + "/queue/reconcile"
-	for _, c := range []struct {
+	for i, c := range []struct {
 		name       string
 		fault      ghsim.Fault
 		status     int
@@ -193,10 +202,13 @@ func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
 		says       string
 	}{
 		{"GitHub erring", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultStatus, Status: 502}, 503, 1, "502"},
+		// The same token at once: the failed reconcile took no turn.
+		{"GitHub erring (asked again)", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultStatus, Status: 502}, 503, 1, "502"},
 		{"GitHub limiting", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultTooManyRequests, RetryAfter: 7 * time.Second}, 503, 7, "429"},
 		{"GitHub not taking the token", ghsim.Fault{Route: "GET *", Kind: ghsim.FaultUnauthorized}, 503, 1, "401"},
 		{"GitHub refusing (installation suspended)", ghsim.Fault{}, 502, 0, "403"},
 	} {
+		token := "good-" + strconv.Itoa(max(i-1, 0)) // the first two share one
 		id := ""
 		if c.fault.Kind == "" {
 			if err := s.sim.SuspendInstallation(1, true); err != nil {
@@ -209,7 +221,7 @@ func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
 			}
 		}
 		req, _ := http.NewRequest("POST", srv.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer good")
+		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +249,7 @@ func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
 	if st, _ := s.q.Entries(ctx, "octo", repo); len(st.Entries) != 1 {
 		t.Errorf("entries after the failed reconciles = %+v, want the one queued", st.Entries)
 	}
-	if a := call(t, srv, "POST", path, "good"); a.status != 200 {
+	if a := call(t, srv, "POST", path, "good-back"); a.status != 200 {
 		t.Errorf("POST reconcile with GitHub back: %d %s", a.status, a.raw)
 	}
 }
