@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -280,8 +281,17 @@ CMD finds the lease in its environment: BATON_LEASE_KEY, BATON_LEASE_OWNER
 and BATON_LEASE_TOKEN (the fencing token, for systems that check it).
 CMD runs in its own process group, so that stopping it stops everything it
 started in that group; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton
-(Ctrl-C included) are passed on to that group. CMD is not in the terminal's
-foreground: it should not read from the terminal.
+(Ctrl-C included) are passed on to that group.
+
+On Linux, when stdin is baton's terminal, CMD has the terminal while baton
+is in its foreground: CMD can read from it (a prompt, an editor, a shell),
+and Ctrl-C, Ctrl-\ and Ctrl-Z go to CMD's group directly. Ctrl-Z (or CMD
+reading the terminal in the background) stops baton with CMD, and the shell
+takes the terminal back; nobody renews the lease meanwhile, and CMD does
+not run. On fg or bg, CMD continues once the lease is surely still held,
+after a renewal if it may have expired; if the lease was lost, CMD never
+runs again (SIGTERM, SIGKILL after --grace) and baton exits 4. Elsewhere,
+CMD is not in the terminal's foreground: it should not read from it.
 
 On Linux, CMD runs under a small guard process (baton itself), so that
 nothing CMD started outlives the lease: when CMD exits, what it left
@@ -416,33 +426,62 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	// lost when a renewal is refused, or when none succeeded by stopAt:
 	// leaseStopLead before the lease may expire, so that CMD is stopped
 	// (SIGKILL included) while the lease is still ours, before another
-	// holder can take it.
+	// holder can take it. While CMD is suspended (stopped with baton, at a
+	// terminal) it does not run: the lease may then lapse past stopAt up to
+	// its expiry, and CMD continues only once a renewal got through.
 	lost := make(chan error, 1)
+	renewed := make(chan struct{}, 1) // a renewal got through while suspended
+	kick := make(chan struct{}, 1)    // the state changed: look again
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
 	lead := leaseStopLead(o.ttl, o.grace)
+	st := &leaseRunState{stopAt: g.ExpiresAt.Add(-lead)}
 	// Once CMD exited, a renewal in flight is cut short: the release
 	// follows at once.
 	renewCtx, cancelRenew := context.WithCancel(ctx)
 	defer cancelRenew()
 	go func() {
 		defer close(renewDone)
-		stopAt := g.ExpiresAt.Add(-lead)
-		every := o.ttl / 3
+		next := time.Now().Add(o.ttl / 3)
 		for {
-			t := time.NewTimer(min(every, time.Until(stopAt)))
+			stopAt, suspended := st.get()
+			deadline := stopAt
+			if suspended {
+				deadline = stopAt.Add(lead)
+			}
+			wake := next
+			if deadline.Before(wake) {
+				wake = deadline
+			}
+			t := time.NewTimer(time.Until(wake))
 			select {
 			case <-stopRenew:
 				t.Stop()
 				return
+			case <-kick:
+				t.Stop()
+				// CMD waits to continue until a renewal got through.
+				if stopAt, suspended := st.get(); suspended && !time.Now().Before(stopAt) {
+					next = time.Now()
+				}
+				continue
 			case <-t.C:
 			}
-			if !time.Now().Before(stopAt) {
+			stopAt, suspended = st.get()
+			deadline = stopAt
+			if suspended {
+				deadline = stopAt.Add(lead)
+			}
+			now := time.Now()
+			if !now.Before(deadline) {
 				lost <- fmt.Errorf("no renewal of lease %s succeeded in time (it expires within %s)", key, lead.Round(time.Millisecond))
 				return
 			}
+			if now.Before(next) && (!suspended || now.Before(stopAt)) {
+				continue
+			}
 			asked := time.Now()
-			rctx, cancel := context.WithDeadline(renewCtx, stopAt)
+			rctx, cancel := context.WithDeadline(renewCtx, deadline)
 			_, err := c.RenewLease(rctx, key, o.owner, g.Token, o.ttl)
 			cancel()
 			select {
@@ -452,16 +491,20 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			}
 			switch {
 			case err == nil:
-				stopAt = asked.Add(o.ttl - lead)
-				every = o.ttl / 3
+				st.renewed(asked.Add(o.ttl - lead))
+				next = time.Now().Add(o.ttl / 3)
+				select {
+				case renewed <- struct{}{}:
+				default:
+				}
 			case client.CodeOf(err) == client.CodeLeaseLost:
 				lost <- fmt.Errorf("lease %s lost: %v", key, cliAPIError(err))
 				return
 			default:
 				// Unknown: the server may be away for a moment. Try again
-				// soon, until stopAt.
+				// soon, until the deadline.
 				fmt.Fprintf(stderr, "baton: renewing %s: %v\n", key, cliAPIError(err))
-				every = min(o.ttl/3, time.Second)
+				next = time.Now().Add(min(o.ttl/3, time.Second))
 			}
 		}
 	}()
@@ -469,6 +512,26 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		close(stopRenew)
 		cancelRenew()
 		<-renewDone
+	}
+	// tryResume continues a suspended CMD if the lease is still surely
+	// ours; if not, the renewal goroutine renews it first.
+	var resumeAfter <-chan time.Time
+	waitingRenewal := false
+	tryResume := func() {
+		if !st.resume() {
+			waitingRenewal = true
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+			return
+		}
+		waitingRenewal = false
+		child.resume()
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
 	}
 
 	for {
@@ -480,6 +543,26 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			return leaseChildExitCode(err)
 		case s := <-sigs:
 			child.signal(s.(syscall.Signal))
+		case s := <-child.stopped:
+			// CMD stopped at the terminal (Ctrl-Z): baton's job stops too, as
+			// it would have had CMD been in it, and the shell gets the
+			// terminal back. Nobody renews the lease while baton is stopped;
+			// CMD does not run either.
+			st.suspend()
+			if s != syscall.SIGTTIN && s != syscall.SIGTTOU {
+				s = syscall.SIGTSTP
+			}
+			_ = syscall.Kill(0, s)
+			// Once baton runs again (at once if the stop did not take: an
+			// orphaned process group ignores it, as it would Ctrl-Z).
+			resumeAfter = time.After(leaseResumeAfter)
+		case <-resumeAfter:
+			resumeAfter = nil
+			tryResume()
+		case <-renewed:
+			if waitingRenewal {
+				tryResume()
+			}
 		case cause := <-lost:
 			fmt.Fprintf(stderr, "baton: %v; stopping %s\n", cause, argv[0])
 			child.stop()
@@ -495,6 +578,49 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			return exitLeaseLost, nil
 		}
 	}
+}
+
+// leaseResumeAfter is how long after stopping its own job baton goes on
+// with a suspended CMD: a stop takes effect long before, so this runs once
+// baton was continued (fg, bg) or if the stop was ignored.
+const leaseResumeAfter = 200 * time.Millisecond
+
+// leaseRunState is what `lease run`'s loop and its renewals share.
+type leaseRunState struct {
+	mu sync.Mutex
+	// stopAt is when CMD must be stopped if no renewal got through.
+	stopAt time.Time
+	// suspended: CMD is stopped with baton; it does not run.
+	suspended bool
+}
+
+func (s *leaseRunState) get() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopAt, s.suspended
+}
+
+func (s *leaseRunState) renewed(stopAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopAt = stopAt
+}
+
+func (s *leaseRunState) suspend() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.suspended = true
+}
+
+// resume ends the suspension if CMD may run: before stopAt.
+func (s *leaseRunState) resume() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !time.Now().Before(s.stopAt) {
+		return false
+	}
+	s.suspended = false
+	return true
 }
 
 // leaseStopLead is how long before a lease may expire `lease run` stops
@@ -521,6 +647,12 @@ type leaseChild struct {
 	killAfter time.Duration
 	// exited stops what CMD left behind once cmd exited.
 	exited func()
+	// stopped tells when CMD stopped at the terminal (the signal that
+	// stopped it); resume continues it, in the terminal's foreground if
+	// baton's job has it. nil and a no-op where CMD is not lent the
+	// terminal.
+	stopped <-chan syscall.Signal
+	resume  func()
 	// close releases what the child holds once it exited.
 	close func()
 }

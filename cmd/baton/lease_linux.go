@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/spf13/cobra"
 )
@@ -44,22 +47,52 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 	if err != nil {
 		return nil, fmt.Errorf("find baton's own executable for the guard: %w", err)
 	}
+	// At a terminal (stdin is baton's controlling terminal), the guard
+	// lends the terminal to CMD while baton's job has it, and tells baton
+	// when CMD stops (Ctrl-Z). job is baton's process group, 0 elsewhere.
+	job, tty := 0, -1
+	if f, ok := stdin.(*os.File); ok {
+		if _, err := leaseTcgetpgrp(int(f.Fd())); err == nil {
+			job, tty = syscall.Getpgrp(), int(f.Fd())
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	guard := exec.Command(self, append([]string{leaseGuardCmd, grace.String(), "--"}, argv...)...)
-	guard.Stdin, guard.Stdout, guard.Stderr = stdin, stdout, stderr
-	guard.Env = env
-	guard.ExtraFiles = []*os.File{r} // fd 3 in the guard
-	// Its own process group: a Ctrl-C reaches baton, which passes it on.
-	guard.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = guard.Start()
-	r.Close()
+	sr, sw, err := os.Pipe()
 	if err != nil {
+		r.Close()
 		w.Close()
 		return nil, err
 	}
+	guard := exec.Command(self, append([]string{leaseGuardCmd, grace.String(), strconv.Itoa(job), "--"}, argv...)...)
+	guard.Stdin, guard.Stdout, guard.Stderr = stdin, stdout, stderr
+	guard.Env = env
+	guard.ExtraFiles = []*os.File{r, sw} // fds 3 and 4 in the guard
+	// Its own process group: a Ctrl-C reaches baton (or, at a terminal,
+	// CMD), not the guard.
+	guard.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = guard.Start()
+	r.Close()
+	sw.Close()
+	if err != nil {
+		w.Close()
+		sr.Close()
+		return nil, err
+	}
+	// The guard writes the number of the signal that stopped CMD.
+	stopped := make(chan syscall.Signal, 1)
+	go func() {
+		defer sr.Close()
+		var b [1]byte
+		for {
+			if _, err := sr.Read(b[:]); err != nil {
+				return
+			}
+			stopped <- syscall.Signal(b[0])
+		}
+	}()
 	return &leaseChild{
 		cmd:       guard,
 		signal:    func(s syscall.Signal) { _ = guard.Process.Signal(s) },
@@ -67,35 +100,95 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		killAfter: grace + leaseGuardKillMargin,
 		kill:      func() { _ = guard.Process.Kill() },
 		exited:    func() {}, // the guard stopped the group before it exited
-		close:     func() { w.Close() },
+		stopped:   stopped,
+		resume:    func() { _, _ = w.Write([]byte{leaseGuardResume}) },
+		close: func() {
+			w.Close()
+			if job != 0 {
+				// The guard gives the terminal back when CMD ends; if it
+				// was killed first, the terminal may be left to CMD's
+				// empty group.
+				leaseReclaimTerminal(tty, job, 0)
+			}
+		},
 	}, nil
+}
+
+// leaseGuardResume, written to the guard, continues CMD after it stopped.
+const leaseGuardResume = 'c'
+
+// leaseTcgetpgrp is tcgetpgrp(3): the foreground process group of the
+// terminal fd, if it is the caller's controlling terminal.
+func leaseTcgetpgrp(fd int) (int, error) {
+	var pgrp int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); e != 0 {
+		return 0, e
+	}
+	return int(pgrp), nil
+}
+
+// leaseTcsetpgrp is tcsetpgrp(3) as a process of a background group may
+// call it, as shells do: with SIGTTOU blocked, which the kernel would
+// otherwise send to stop the caller.
+func leaseTcsetpgrp(fd, pgrp int) error {
+	runtime.LockOSThread() // the signal mask is the thread's
+	defer runtime.UnlockOSThread()
+	const sigBlock, sigSetmask = 0, 2 // SIG_BLOCK, SIG_SETMASK
+	set, old := uint64(1)<<(syscall.SIGTTOU-1), uint64(0)
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, sigBlock, uintptr(unsafe.Pointer(&set)), uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 {
+		return e
+	}
+	p := int32(pgrp)
+	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p)))
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, sigSetmask, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// leaseReclaimTerminal gives the terminal fd back to baton's job once CMD
+// ended, if CMD's group cmdGroup has it, or a group that is gone (one CMD
+// made, say). A group that still runs may be one the shell chose since: it
+// keeps the terminal.
+func leaseReclaimTerminal(fd, job, cmdGroup int) {
+	p, err := leaseTcgetpgrp(fd)
+	if err != nil || p == job {
+		return
+	}
+	if err := syscall.Kill(-p, 0); p == cmdGroup || errors.Is(err, syscall.ESRCH) {
+		_ = leaseTcsetpgrp(fd, job)
+	}
 }
 
 func newLeaseGuardCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:                leaseGuardCmd + " GRACE -- CMD [ARGS...]",
+		Use:                leaseGuardCmd + " GRACE JOB -- CMD [ARGS...]",
 		Short:              "Run CMD for `baton lease run` (internal)",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 && args[1] == "--" {
-				args = append(args[:1:1], args[2:]...)
-			}
-			if len(args) < 2 {
-				return cliUsage(errors.New("usage: baton " + leaseGuardCmd + " GRACE -- CMD [ARGS...]"))
+			if len(args) < 4 || args[2] != "--" {
+				return cliUsage(errors.New("usage: baton " + leaseGuardCmd + " GRACE JOB -- CMD [ARGS...]"))
 			}
 			grace, err := time.ParseDuration(args[0])
 			if err != nil || grace <= 0 {
 				return cliUsage(fmt.Errorf("GRACE %q is not a positive duration", args[0]))
 			}
-			// fd 3 is the pipe from baton (os.NewFile alone would take any
-			// number).
-			var st syscall.Stat_t
-			if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-				return cliUsage(errors.New("run only by baton lease run"))
+			job, err := strconv.Atoi(args[1])
+			if err != nil || job < 0 {
+				return cliUsage(fmt.Errorf("JOB %q is not a process group", args[1]))
 			}
-			parent := os.NewFile(3, "baton")
-			if code := runLeaseGuard(grace, args[1:], parent, cmd.ErrOrStderr()); code != 0 {
+			// fds 3 and 4 are the pipes from and to baton (os.NewFile
+			// alone would take any number).
+			for fd := 3; fd <= 4; fd++ {
+				var st syscall.Stat_t
+				if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+					return cliUsage(errors.New("run only by baton lease run"))
+				}
+			}
+			parent, toParent := os.NewFile(3, "baton"), os.NewFile(4, "baton")
+			if code := runLeaseGuard(grace, job, args[3:], parent, toParent, cmd.ErrOrStderr()); code != 0 {
 				return &exitError{code: code}
 			}
 			return nil
@@ -109,8 +202,27 @@ const prSetChildSubreaper = 36
 // runLeaseGuard is the guard: it returns CMD's exit status (128+N when
 // killed by signal N), or 1 if CMD could not be started (as baton does when
 // it finds no CMD to start).
-func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr io.Writer) int {
+//
+// job is baton's process group when stdin is baton's terminal, 0
+// elsewhere. At a terminal CMD gets the terminal whenever baton's job has
+// it: when CMD starts and when it continues after a stop; when CMD stops
+// or ends, the terminal goes back to baton's job. A stop of CMD is told
+// to baton (the signal's number, on toParent), which stops its own job
+// likewise and later writes leaseGuardResume to continue CMD.
+func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent *os.File, stderr io.Writer) int {
 	syscall.CloseOnExec(int(parent.Fd())) // not for CMD
+	syscall.CloseOnExec(int(toParent.Fd()))
+	const tty = 0 // stdin
+	if job != 0 {
+		if _, err := leaseTcgetpgrp(tty); err != nil {
+			job = 0 // not a terminal after all
+		}
+	}
+	// ownsTerminal tells whether baton's job has the terminal.
+	ownsTerminal := func() bool {
+		p, err := leaseTcgetpgrp(tty)
+		return job != 0 && err == nil && p == job
+	}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
 		fmt.Fprintf(stderr, "baton: the guard cannot reap what %s leaves: %v\n", argv[0], e)
 	}
@@ -131,7 +243,7 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Env:   os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Foreground: ownsTerminal(), Ctty: tty},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "baton: start %s: %v\n", argv[0], err)
@@ -142,6 +254,7 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 
 	// The pipe from baton reads EOF once baton closed it or died.
 	gone := make(chan struct{})
+	resume := make(chan struct{}, 1)
 	go func() {
 		var b [1]byte
 		for {
@@ -149,8 +262,19 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 				close(gone)
 				return
 			}
+			if b[0] == leaseGuardResume {
+				select {
+				case resume <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}()
+	// Stops of CMD matter only at a terminal.
+	waitOpts := syscall.WNOHANG
+	if job != 0 {
+		waitOpts |= syscall.WUNTRACED
+	}
 
 	var (
 		status   syscall.WaitStatus
@@ -183,12 +307,25 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 		// Reap CMD and whatever was orphaned to us.
 		for {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			pid, err := syscall.Wait4(-1, &ws, waitOpts, nil)
 			if err != nil || pid <= 0 {
 				break
 			}
-			if pid == pgid {
+			switch {
+			case pid != pgid:
+			case ws.Stopped():
+				// Ctrl-Z, or CMD read the terminal while baton's job was in
+				// the background: the terminal is the job's again, and
+				// baton stops the job as the terminal would have.
+				if p, err := leaseTcgetpgrp(tty); err == nil && p == pgid {
+					_ = leaseTcsetpgrp(tty, job)
+				}
+				_, _ = toParent.Write([]byte{byte(ws.StopSignal())})
+			case !cmdDone:
 				status, cmdDone = ws, true
+				if job != 0 {
+					leaseReclaimTerminal(tty, job, pgid)
+				}
 			}
 		}
 		if cmdDone {
@@ -217,6 +354,13 @@ func runLeaseGuard(grace time.Duration, argv []string, parent *os.File, stderr i
 		case <-gone:
 			gone = nil
 			stop()
+		case <-resume:
+			if !cmdDone && !stopping {
+				if ownsTerminal() {
+					_ = leaseTcsetpgrp(tty, pgid)
+				}
+				_ = syscall.Kill(-pgid, syscall.SIGCONT)
+			}
 		case <-chld:
 		case <-tick:
 		}

@@ -28,6 +28,7 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		killAfter: grace,
 		kill:      func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },
 		exited:    func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		resume:    func() {},
 		close:     func() {},
 	}, nil
 }

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// cliTick matches a line of the ticking CMD of TestLeaseRunSuspended (not
+// the command line the shell shows).
+var cliTick = regexp.MustCompile(`tick [0-9]`)
+
+// cliTerminal is a shell script run as the session leader of a pseudo-
+// terminal, the way a user runs baton from a terminal.
+type cliTerminal struct {
+	*cliProc
+	master *os.File
+	out    *cliLockedBuffer // what the terminal shows
+}
+
+// cliStartTerminal runs bash -c script in a new session whose controlling
+// terminal is a new pseudo-terminal.
+func cliStartTerminal(t *testing.T, env []string, script string) *cliTerminal {
+	t.Helper()
+	fd, err := syscall.Open("/dev/ptmx", syscall.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unlock int32
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatal(e)
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatal(e)
+	}
+	master := os.NewFile(uintptr(fd), "ptmx") // non-blocking: Close ends a Read
+	t.Cleanup(func() { master.Close() })
+	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := &cliTerminal{master: master, out: &cliLockedBuffer{}}
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := master.Read(b)
+			_, _ = term.out.Write(b[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	p := &cliProc{cmd: exec.Command("bash", "-c", script), stdout: term.out, stderr: term.out, done: make(chan struct{})}
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = tty, tty, tty
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = p.cmd.Start()
+	tty.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	term.cliProc = p
+	return term
+}
+
+// send types s at the terminal.
+func (term *cliTerminal) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := term.master.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor waits until the terminal shows s.
+func (term *cliTerminal) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(term.out.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal never showed %q; it shows:\n%s", s, term.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// finish waits for the script to end.
+func (term *cliTerminal) finish(t *testing.T) {
+	t.Helper()
+	select {
+	case <-term.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the script still runs after 30s; the terminal shows:\n%s", term.out)
+	}
+}
+
+// `lease run` at a terminal: CMD can use the terminal as it would without
+// baton, and the terminal is the shell's again once baton exited.
+func TestLeaseRunAtATerminal(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	alice := env.apiClient(t, env.alice)
+	creds := []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}
+
+	t.Run("CMD reads the terminal", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#60"
+		term := cliStartTerminal(t, creds, `"$BATON" lease run '`+key+`' -- sh -c 'echo ready; read x; echo "got $x"; exit 6'
+echo "status $?"; read y; echo "shell read $y"`)
+		term.waitFor(t, "ready")
+		term.send(t, "hello\n")
+		term.waitFor(t, "got hello")
+		term.waitFor(t, "status 6")
+		term.send(t, "again\n")
+		term.waitFor(t, "shell read again")
+		term.finish(t)
+		if st, err := alice.CheckLease(context.Background(), key); err != nil || st.Locked {
+			t.Errorf("the lease after the command: %+v, %v", st, err)
+		}
+	})
+
+	t.Run("Ctrl-C reaches CMD once; baton exits with its status", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#61"
+		term := cliStartTerminal(t, creds, `"$BATON" lease run '`+key+`' -- sh -c 'n=0; trap "n=\$((n+1))" INT; echo ready
+i=0; while [ $n = 0 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; echo "interrupts $n"
+trap - INT; echo again; sleep 30'
+echo "status $?"`)
+		term.waitFor(t, "ready")
+		term.send(t, "\x03")
+		term.waitFor(t, "interrupts ")
+		if !strings.Contains(term.out.String(), "interrupts 1") {
+			t.Errorf("CMD got Ctrl-C other than once; the terminal shows:\n%s", term.out)
+		}
+		term.waitFor(t, "again")
+		term.send(t, "\x03")
+		term.waitFor(t, "status 130")
+		term.finish(t)
+		if st, err := alice.CheckLease(context.Background(), key); err != nil || st.Locked {
+			t.Errorf("the lease after the command: %+v, %v", st, err)
+		}
+	})
+}
+
+// Ctrl-Z stops CMD with baton: CMD does not run while nobody renews the
+// lease; on fg baton renews it before CMD goes on, and if the lease was
+// lost meanwhile, CMD never runs again and baton exits 4.
+func TestLeaseRunSuspended(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	ctx := context.Background()
+	alice := env.apiClient(t, env.alice)
+	bob := env.apiClient(t, env.bob)
+	creds := []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}
+	// The subtests run one after the other: the second moves the server's
+	// clock.
+	// A job-control shell, as a user's: Ctrl-Z gives it the terminal back.
+	script := func(key, ttl string) string {
+		return `set -m
+"$BATON" lease run '` + key + `' --ttl ` + ttl + ` --grace 2s -- sh -c 'echo "pid $$"
+i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.1; i=$((i+1)); done; echo finished'
+echo "suspended $?"; read go; fg; echo "status $?"`
+	}
+	// suspend types Ctrl-Z once CMD ran a bit, and checks that CMD stays
+	// stopped for d.
+	suspend := func(t *testing.T, term *cliTerminal, d time.Duration) int {
+		t.Helper()
+		term.waitFor(t, "tick 3")
+		pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
+		if len(pids) != 1 {
+			t.Fatalf("the terminal shows:\n%s", term.out)
+		}
+		term.send(t, "\x1a")
+		term.waitFor(t, "suspended 148")
+		time.Sleep(d)
+		_, after, _ := strings.Cut(term.out.String(), "suspended 148")
+		if cliTick.MatchString(after) {
+			t.Errorf("CMD ran while baton was stopped; the terminal shows:\n%s", term.out)
+		}
+		return pids[0]
+	}
+
+	t.Run("fg: the lease is renewed and CMD goes on", func(t *testing.T) {
+		const key = "issue:octo/demo#62"
+		// With --ttl 9s and --grace 2s, baton stops CMD 3s before the
+		// lease may expire when no renewal got through: 6s after the
+		// acquire. Suspended past that, CMD waits for a renewal on fg.
+		term := cliStartTerminal(t, creds, script(key, "9s"))
+		suspend(t, term, 6500*time.Millisecond)
+		term.send(t, "go\n")
+		term.waitFor(t, "status 0")
+		if !strings.Contains(term.out.String(), "finished") {
+			t.Errorf("the terminal shows:\n%s", term.out)
+		}
+		term.finish(t)
+		if st, err := alice.CheckLease(ctx, key); err != nil || st.Locked {
+			t.Errorf("the lease after the command: %+v, %v", st, err)
+		}
+	})
+
+	t.Run("fg after the lease was lost: exit 4, CMD never runs again", func(t *testing.T) {
+		const key = "issue:octo/demo#63"
+		// Suspended past the lease's expiry (3s after the acquire), when
+		// the server lets another take it.
+		term := cliStartTerminal(t, creds, script(key, "3s"))
+		pid := suspend(t, term, 3500*time.Millisecond)
+		env.clock.Advance(10 * time.Second)
+		if _, err := bob.AcquireLease(ctx, key, "thief", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		term.send(t, "go\n")
+		term.waitFor(t, "status 4")
+		_, after, _ := strings.Cut(term.out.String(), "suspended 148")
+		if cliTick.MatchString(after) || !strings.Contains(after, "; stopping sh") {
+			t.Errorf("the terminal shows:\n%s", term.out)
+		}
+		if cliAlive(pid) {
+			t.Errorf("CMD (pid %d) still runs", pid)
+		}
+		term.finish(t)
+		if st, _ := alice.CheckLease(ctx, key); st.Owner != "bob/thief" {
+			t.Errorf("the new holder's lease was touched: %+v", st)
+		}
+	})
+}
