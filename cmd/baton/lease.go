@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -347,7 +349,7 @@ The owner defaults to USER@HOST:PID, unique to this run.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the lease while another holds it (default: exit 3)")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the lease while another holds it (default: exit 3), and for up to 1m while the server does not answer")
 	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "SIGKILL this long after SIGTERM to CMD's group (a lost lease; on Linux also what CMD left when it exited)")
 	cmd.Flags().DurationVar(&o.pollEvery, "poll", 500*time.Millisecond, "with --wait, how often to try again")
 	// Not addLeaseFlags: another default owner, and no --json (run prints
@@ -367,9 +369,12 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
-	// Take the lease, waiting for it with --wait.
+	// Take the lease, waiting for it with --wait: while another holds it,
+	// and while the server does not answer, for up to leaseWaitServer in a
+	// row.
 	var g client.LeaseGrant
 	announced := false
+	var unanswered time.Time // since when the server has not answered
 	for {
 		asked := time.Now()
 		var err error
@@ -378,17 +383,34 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			g.ExpiresAt = asked.Add(o.ttl) // judged by our clock, from the moment we asked
 			break
 		}
-		if client.CodeOf(err) != client.CodeLeaseHeld {
+		every := o.pollEvery
+		switch {
+		case client.CodeOf(err) == client.CodeLeaseHeld:
+			if !o.wait {
+				return exitLeaseHeld, cliAPIError(err)
+			}
+			unanswered = time.Time{}
+			if !announced {
+				fmt.Fprintf(stderr, "baton: waiting for %s: %v\n", key, cliAPIError(err))
+				announced = true
+			}
+		case o.wait && leaseServerAway(ctx, err):
+			// An acquire that took effect unanswered leaves the lease ours
+			// under a token we do not know: it is then waited for until it
+			// expires, as another's would be.
+			switch {
+			case unanswered.IsZero():
+				unanswered = asked
+				fmt.Fprintf(stderr, "baton: waiting for %s: the server does not answer (%v); trying again for up to %s\n",
+					key, cliAPIError(err), leaseDuration(leaseWaitServer))
+			case time.Since(unanswered) >= leaseWaitServer:
+				return 1, fmt.Errorf("the server did not answer for %s: %w", leaseDuration(leaseWaitServer), cliAPIError(err))
+			}
+			every = max(every, time.Second)
+		default:
 			return 1, cliAPIError(err)
 		}
-		if !o.wait {
-			return exitLeaseHeld, cliAPIError(err)
-		}
-		if !announced {
-			fmt.Fprintf(stderr, "baton: waiting for %s: %v\n", key, cliAPIError(err))
-			announced = true
-		}
-		t := time.NewTimer(o.pollEvery)
+		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -621,6 +643,37 @@ func (s *leaseRunState) resume() bool {
 	}
 	s.suspended = false
 	return true
+}
+
+// leaseWaitServer is how long `lease run --wait` waits for a server that
+// does not answer (refused or dropped connections, 429, 502, 503, 504).
+const leaseWaitServer = time.Minute
+
+// leaseDuration prints d without a zero tail: 1m, not 1m0s.
+func leaseDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	return s
+}
+
+// leaseServerAway tells whether err says the server did not answer for
+// the moment, rather than answered.
+func leaseServerAway(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var e *client.Error
+	if errors.As(err, &e) {
+		switch e.Status {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	var ue *url.Error // the transport's: refused, reset, a timeout
+	return errors.As(err, &ue)
 }
 
 // leaseStopLead is how long before a lease may expire `lease run` stops

@@ -19,6 +19,7 @@ import (
 // away, as far as baton can tell).
 type cliLeaseProxy struct {
 	*httptest.Server
+	down         atomic.Bool // every request gets its connection closed unanswered
 	failRenewals atomic.Bool
 	hangRenewals atomic.Bool  // renewals wait for their client to give up
 	renewals     atomic.Int64 // renewals received
@@ -36,6 +37,12 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 	p := &cliLeaseProxy{}
 	closing := make(chan struct{})
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.down.Load() {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
 		if strings.HasSuffix(r.URL.EscapedPath(), "/renew") {
 			p.renewals.Add(1)
 		}
@@ -133,5 +140,35 @@ func TestLeaseRunExitsWhileARenewalHangs(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), "renewing") {
 		t.Errorf("stderr: %s", p.stderr)
+	}
+}
+
+// With --wait, a server that does not answer for a moment (restarting,
+// say) is waited for too: baton says so and tries again, and takes the
+// lease once the server is back.
+func TestLeaseRunWaitsForTheServer(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	proxy.down.Store(true)
+	const key = "issue:octo/demo#52"
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--wait", "--poll", "50ms", "--", "sh", "-c", "echo ran")
+	cliEventually(t, 30*time.Second, "baton to say it waits", func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+			return strings.Contains(p.stderr.String(), "waiting for "+key)
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	proxy.down.Store(false)
+	if code := p.wait(t, 30*time.Second); code != 0 || p.stdout.String() != "ran\n" {
+		t.Errorf("exit %d, stdout %q; stderr: %s", code, p.stdout, p.stderr)
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after the command: %+v, %v", st, err)
 	}
 }
