@@ -70,7 +70,16 @@ func addLeaseFlags(cmd *cobra.Command, ttl, token bool) *leaseOptions {
 
 // resolve fills the defaults of the owner and the fencing token.
 func (o *leaseOptions) resolve(needToken bool) error {
+	from := "--owner"
+	if o.owner == "" && os.Getenv("BATON_LEASE_OWNER") != "" {
+		from = "BATON_LEASE_OWNER"
+	}
 	o.owner = cliFirst(o.owner, os.Getenv("BATON_LEASE_OWNER"), defaultLeaseOwner())
+	// The server takes spaces anywhere; at the ends they only hide who
+	// holds the lease ("alice/   ") or make renew and release miss it.
+	if strings.TrimSpace(o.owner) != o.owner {
+		return cliUsage(fmt.Errorf("%s %q must not be blank, nor begin or end with a space", from, o.owner))
+	}
 	if needToken && o.leaseToken == 0 {
 		if v := os.Getenv("BATON_LEASE_TOKEN"); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)

@@ -329,3 +329,37 @@ func TestLeaseRun(t *testing.T) {
 		p.wait(t, 30*time.Second)
 	})
 }
+
+// An owner that is blank, or begins or ends with a space, is refused
+// before anything is asked of the server: "alice/   " would hold the lease
+// under a name nobody can tell apart, and " job" is not "job" to renew.
+func TestLeaseOwnerSpaces(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	const key = "issue:octo/demo#33"
+	for _, args := range [][]string{
+		{"lease", "acquire", key, "--owner", "   "},
+		{"lease", "acquire", key, "--owner", " job"},
+		{"lease", "renew", key, "--lease-token", "1", "--owner", "job "},
+		{"lease", "release", key, "--lease-token", "1", "--owner", "\t"},
+		{"lease", "run", key, "--owner", "  ", "--", "true"},
+	} {
+		r := cliRun(t, "", append(append(args[:3:3], "--server", env.URL, "--token", env.alice), args[3:]...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--owner") {
+			t.Errorf("baton %q: %+v", args, r)
+		}
+	}
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice, "BATON_LEASE_OWNER=  "},
+		"lease", "run", key, "--", "sh", "-c", "echo ran")
+	if code := p.wait(t, 30*time.Second); code != 2 || p.stdout.String() != "" || !strings.Contains(p.stderr.String(), "BATON_LEASE_OWNER") {
+		t.Errorf("BATON_LEASE_OWNER of spaces: exit %d, stdout %q, stderr %q", code, p.stdout, p.stderr)
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after refused commands: %+v, %v", st, err)
+	}
+	// Spaces inside are the owner's own.
+	if r := env.as(t, env.alice, "lease", "acquire", key, "--owner", "nightly job"); r.code != 0 {
+		t.Errorf("lease acquire --owner 'nightly job': %+v", r)
+	}
+}
