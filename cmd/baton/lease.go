@@ -294,15 +294,16 @@ CMD runs in its own process group, so that stopping it stops everything it
 started in that group; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton
 (Ctrl-C included) are passed on to that group.
 
-On Linux, when stdin is baton's terminal, CMD has the terminal while baton
-is in its foreground: CMD can read from it (a prompt, an editor, a shell),
-and Ctrl-C, Ctrl-\ and Ctrl-Z go to CMD's group directly. Ctrl-Z (or CMD
-reading the terminal in the background) stops baton with CMD, and the shell
-takes the terminal back; nobody renews the lease meanwhile, and CMD does
-not run. On fg or bg, CMD continues once the lease is surely still held,
-after a renewal if it may have expired; if the lease was lost, CMD never
-runs again (SIGTERM, SIGKILL after --grace) and baton exits 4. Elsewhere,
-CMD is not in the terminal's foreground: it should not read from it.
+On Linux, when stdin and stdout are baton's terminal (not in a
+pipeline), CMD has the terminal while baton is in its foreground: CMD can
+read from it (a prompt, an editor, a shell), and Ctrl-C, Ctrl-\ and Ctrl-Z
+go to CMD's group directly. Ctrl-Z (or CMD reading the terminal in the
+background) stops baton with CMD, and the shell takes the terminal back;
+nobody renews the lease meanwhile, and CMD does not run. On fg or bg, CMD
+continues once the lease is surely still held, after a renewal if it may
+have expired; if the lease was lost, CMD never runs again (SIGTERM,
+SIGKILL after --grace) and baton exits 4. Elsewhere, CMD is not in the
+terminal's foreground: it should not read from it.
 
 On Linux, CMD runs under a small guard process (baton itself), so that
 nothing CMD started outlives the lease: when CMD exits, what it left

@@ -47,13 +47,17 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 	if err != nil {
 		return nil, fmt.Errorf("find baton's own executable for the guard: %w", err)
 	}
-	// At a terminal (stdin is baton's controlling terminal), the guard
-	// lends the terminal to CMD while baton's job has it, and tells baton
-	// when CMD stops (Ctrl-Z). job is baton's process group, 0 elsewhere.
+	// At a terminal (stdin and stdout are baton's controlling terminal),
+	// the guard lends the terminal to CMD while baton's job has it, and
+	// tells baton when CMD stops (Ctrl-Z). job is baton's process group, 0
+	// elsewhere. In a pipeline (| less, say) the terminal stays with the
+	// job, whose other commands may read it.
 	job, tty := 0, -1
-	if f, ok := stdin.(*os.File); ok {
-		if _, err := leaseTcgetpgrp(int(f.Fd())); err == nil {
-			job, tty = syscall.Getpgrp(), int(f.Fd())
+	if in, ok := stdin.(*os.File); ok {
+		if out, ok := stdout.(*os.File); ok && leaseSameTerminal(in, out) {
+			if _, err := leaseTcgetpgrp(int(in.Fd())); err == nil {
+				job, tty = syscall.Getpgrp(), int(in.Fd())
+			}
 		}
 	}
 	r, w, err := os.Pipe()
@@ -116,6 +120,15 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 
 // leaseGuardResume, written to the guard, continues CMD after it stopped.
 const leaseGuardResume = 'c'
+
+// leaseSameTerminal tells whether a and b are one terminal.
+func leaseSameTerminal(a, b *os.File) bool {
+	var sa, sb syscall.Stat_t
+	if syscall.Fstat(int(a.Fd()), &sa) != nil || syscall.Fstat(int(b.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Mode&syscall.S_IFMT == syscall.S_IFCHR && sb.Mode&syscall.S_IFMT == syscall.S_IFCHR && sa.Rdev == sb.Rdev
+}
 
 // leaseTcgetpgrp is tcgetpgrp(3): the foreground process group of the
 // terminal fd, if it is the caller's controlling terminal.

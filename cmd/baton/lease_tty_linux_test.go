@@ -141,6 +141,21 @@ echo "status $?"; read y; echo "shell read $y"`)
 		}
 	})
 
+	t.Run("a pipeline reading the terminal keeps it", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#64"
+		// A pager after baton reads the keyboard: CMD, whose output goes
+		// to the pipe, does not take the terminal from it.
+		term := cliStartTerminal(t, creds, `set -m
+"$BATON" lease run '`+key+`' -- sh -c 'echo out; sleep 2; echo done' | sh -c 'sleep 1; echo asking; read k </dev/tty; echo "key $k"; cat'
+echo "status $?"`)
+		term.waitFor(t, "asking")
+		term.send(t, "q\n")
+		term.waitFor(t, "key q")
+		term.waitFor(t, "status 0")
+		term.finish(t)
+	})
+
 	t.Run("Ctrl-C reaches CMD once; baton exits with its status", func(t *testing.T) {
 		t.Parallel()
 		const key = "issue:octo/demo#61"
