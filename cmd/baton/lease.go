@@ -309,7 +309,10 @@ On Linux, CMD runs under a small guard process (baton itself), so that
 nothing CMD started outlives the lease: when CMD exits, what it left
 running in its group gets SIGTERM, and SIGKILL after --grace, before the
 lease is released; if baton itself dies (even of SIGKILL), the group is
-stopped the same way, since nobody renews the lease any more. Processes
+stopped the same way, since nobody renews the lease any more, and if
+baton does not run when it should stop CMD (it was stopped: SIGSTOP, or
+Ctrl-Z when CMD does not have the terminal), the guard stops the group
+then in its place, and baton exits 4 once it runs again. Processes
 that leave the group (setsid, daemons) are not stopped. On other systems
 there is no guard: if baton dies, CMD keeps running, and what CMD leaves
 behind when it exits gets SIGTERM only.
@@ -467,7 +470,8 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
 	lead := leaseStopLead(o.ttl, o.grace)
-	st := &leaseRunState{stopAt: g.ExpiresAt.Add(-lead)}
+	st := &leaseRunState{stopAt: g.ExpiresAt.Add(-lead), lead: lead, tell: child.deadline}
+	st.renewed(g.ExpiresAt.Add(-lead)) // the guard learns the first deadline
 	// Once CMD exited, a renewal in flight is cut short: the release
 	// follows at once.
 	renewCtx, cancelRenew := context.WithCancel(ctx)
@@ -571,6 +575,12 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		case err := <-exited:
 			child.exited()
 			stopRenewing()
+			if child.lapsed() {
+				// The guard stopped CMD at the deadline baton had missed
+				// (stopped, say): the lease may be another's by now.
+				fmt.Fprintf(stderr, "baton: no renewal of lease %s succeeded in time; %s was stopped\n", key, argv[0])
+				return exitLeaseLost, nil
+			}
 			release()
 			return leaseChildExitCode(err)
 		case s := <-sigs:
@@ -624,6 +634,21 @@ type leaseRunState struct {
 	stopAt time.Time
 	// suspended: CMD is stopped with baton; it does not run.
 	suspended bool
+	lead      time.Duration
+	// tell gives the guard the deadline in force (stopAt, or the expiry
+	// while suspended), so that CMD is stopped even if baton is not
+	// there to do it; it is called under mu, so that the guard learns the
+	// deadlines in the order they were set.
+	tell func(time.Time)
+}
+
+// deadline is when CMD must be stopped: stopAt, or while CMD is
+// suspended (it does not run), the lease's expiry. Called with mu held.
+func (s *leaseRunState) deadline() time.Time {
+	if s.suspended {
+		return s.stopAt.Add(s.lead)
+	}
+	return s.stopAt
 }
 
 func (s *leaseRunState) get() (time.Time, bool) {
@@ -636,12 +661,14 @@ func (s *leaseRunState) renewed(stopAt time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopAt = stopAt
+	s.tell(s.deadline())
 }
 
 func (s *leaseRunState) suspend() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.suspended = true
+	s.tell(s.deadline())
 }
 
 // resume ends the suspension if CMD may run: before stopAt.
@@ -652,6 +679,7 @@ func (s *leaseRunState) resume() bool {
 		return false
 	}
 	s.suspended = false
+	s.tell(s.deadline())
 	return true
 }
 
@@ -716,6 +744,11 @@ type leaseChild struct {
 	// terminal.
 	stopped <-chan syscall.Signal
 	resume  func()
+	// deadline tells the guard when to stop CMD if baton has not moved
+	// the deadline on by then; lapsed, once CMD exited, whether the guard
+	// did. A no-op and false where there is no guard.
+	deadline func(time.Time)
+	lapsed   func() bool
 	// close releases what the child holds once it exited.
 	close func()
 }

@@ -7,9 +7,11 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -170,5 +172,44 @@ func TestLeaseRunWaitsForTheServer(t *testing.T) {
 	}
 	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
 		t.Errorf("the lease after the command: %+v, %v", st, err)
+	}
+}
+
+// baton stopped (SIGSTOP, a debugger, Ctrl-Z of a job whose terminal CMD
+// does not have) renews nothing: CMD is still stopped for good before the
+// lease may expire, by the guard, and baton, continued, exits 4.
+func TestLeaseRunStopsCMDWhenBatonIsStopped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the guard runs on Linux only")
+	}
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	const key, ttl = "issue:octo/demo#53", 3 * time.Second
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--ttl", ttl.String(), "--grace", "1s", "--",
+		"sh", "-c", `trap '' TERM; echo "pid $$"; while :; do sleep 0.05; done`)
+	cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "pid ") })
+	pids := cliPIDs(t, p.stdout.String())
+	if len(pids) != 1 {
+		t.Fatalf("stdout %q", p.stdout)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	expiresAt := proxy.acquiredAt().Add(ttl)
+	for cliAlive(pids[0]) {
+		if time.Now().After(expiresAt) {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("the command still runs when the lease may have expired (%s after the acquire); stderr: %s", ttl, p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != exitLeaseLost {
+		t.Errorf("exit %d, want %d; stderr: %s", code, exitLeaseLost, p.stderr)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,12 @@ func init() { register(newLeaseGuardCmd) }
 //     started outlives the lease;
 //   - when the pipe it shares with baton closes (baton asks it to stop on a
 //     lost lease, or baton died, even of SIGKILL), stops the group the same
-//     way.
+//     way;
+//   - stops the group the same way at the deadline baton last gave it
+//     (when baton itself would stop CMD, short of a renewal), so that CMD
+//     is stopped in time even if baton does not run then (stopped, say);
+//   - at a terminal, lends it to CMD and tells baton when CMD stops
+//     (runLeaseGuard).
 //
 // The guard is a child subreaper, so processes orphaned in CMD's group are
 // reaped by it and it can tell when the group is empty.
@@ -85,16 +91,27 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		sr.Close()
 		return nil, err
 	}
-	// The guard writes the number of the signal that stopped CMD.
+	// The guard writes the number of the signal that stopped CMD, or
+	// leaseGuardLapsed.
 	stopped := make(chan syscall.Signal, 1)
+	var lapsed bool
+	heard := make(chan struct{}) // closed once the guard is gone
 	go func() {
+		defer close(heard)
 		defer sr.Close()
 		var b [1]byte
 		for {
 			if _, err := sr.Read(b[:]); err != nil {
 				return
 			}
-			stopped <- syscall.Signal(b[0])
+			if b[0] == leaseGuardLapsed {
+				lapsed = true
+				continue
+			}
+			select {
+			case stopped <- syscall.Signal(b[0]):
+			default: // CMD cannot stop again before baton continued it
+			}
 		}
 	}()
 	return &leaseChild{
@@ -106,6 +123,19 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		exited:    func() {}, // the guard stopped the group before it exited
 		stopped:   stopped,
 		resume:    func() { _, _ = w.Write([]byte{leaseGuardResume}) },
+		deadline: func(t time.Time) {
+			// On the clock both processes share; read before the time
+			// left, so that a pause between the two errs early.
+			now := leaseMonotonic()
+			msg := make([]byte, 9)
+			msg[0] = leaseGuardDeadline
+			binary.BigEndian.PutUint64(msg[1:], uint64(now+int64(time.Until(t))))
+			_, _ = w.Write(msg) // at most PIPE_BUF: never interleaved
+		},
+		lapsed: func() bool {
+			<-heard
+			return lapsed
+		},
 		close: func() {
 			w.Close()
 			if job != 0 {
@@ -118,8 +148,26 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 	}, nil
 }
 
-// leaseGuardResume, written to the guard, continues CMD after it stopped.
-const leaseGuardResume = 'c'
+// What baton and the guard write to each other besides stop signals.
+const (
+	// leaseGuardResume, to the guard, continues CMD after it stopped.
+	leaseGuardResume = 'c'
+	// leaseGuardDeadline, to the guard, is followed by the time (on
+	// leaseMonotonic's clock, 8 bytes big-endian) at which the guard
+	// stops CMD unless told a later one: baton misses its own deadline
+	// only if it does not run (stopped, say).
+	leaseGuardDeadline = 'd'
+	// leaseGuardLapsed, to baton: the guard stopped CMD at the deadline.
+	leaseGuardLapsed = 'L'
+)
+
+// leaseMonotonic is CLOCK_MONOTONIC in nanoseconds: one clock for baton
+// and its guard.
+func leaseMonotonic() int64 {
+	var ts syscall.Timespec
+	_, _, _ = syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
 
 // leaseSameTerminal tells whether a and b are one terminal.
 func leaseSameTerminal(a, b *os.File) bool {
@@ -268,21 +316,40 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 	// The pipe from baton reads EOF once baton closed it or died.
 	gone := make(chan struct{})
 	resume := make(chan struct{}, 1)
+	deadlines := make(chan int64, 1) // the latest deadline baton gave
 	go func() {
-		var b [1]byte
+		var b [8]byte
 		for {
-			if _, err := parent.Read(b[:]); err != nil {
+			if _, err := parent.Read(b[:1]); err != nil {
 				close(gone)
 				return
 			}
-			if b[0] == leaseGuardResume {
+			switch b[0] {
+			case leaseGuardResume:
 				select {
 				case resume <- struct{}{}:
 				default:
 				}
+			case leaseGuardDeadline:
+				if _, err := io.ReadFull(parent, b[:]); err != nil {
+					close(gone)
+					return
+				}
+				select {
+				case <-deadlines:
+				default:
+				}
+				deadlines <- int64(binary.BigEndian.Uint64(b[:]))
 			}
 		}
 	}()
+	var lapse *time.Timer
+	defer func() {
+		if lapse != nil {
+			lapse.Stop()
+		}
+	}()
+	var lapseC <-chan time.Time
 	// Stops of CMD matter only at a terminal.
 	waitOpts := syscall.WNOHANG
 	if job != 0 {
@@ -367,6 +434,19 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 		case <-gone:
 			gone = nil
 			stop()
+		case d := <-deadlines:
+			if lapse != nil {
+				lapse.Stop()
+			}
+			lapse = time.NewTimer(time.Duration(d - leaseMonotonic()))
+			lapseC = lapse.C
+		case <-lapseC:
+			lapseC = nil
+			if !stopping {
+				_, _ = toParent.Write([]byte{leaseGuardLapsed})
+				fmt.Fprintf(stderr, "baton: the lease was not renewed in time; stopping %s\n", argv[0])
+				stop()
+			}
 		case <-resume:
 			if !cmdDone && !stopping {
 				if ownsTerminal() {

@@ -29,6 +29,8 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		kill:      func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },
 		exited:    func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
 		resume:    func() {},
+		deadline:  func(time.Time) {},
+		lapsed:    func() bool { return false },
 		close:     func() {},
 	}, nil
 }
