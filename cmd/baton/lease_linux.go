@@ -169,6 +169,34 @@ func leaseMonotonic() int64 {
 	return ts.Nano()
 }
 
+// leaseGuardSay writes a message of the guard. The guard's process group
+// is never the terminal's foreground: with SIGTTOU blocked, a terminal
+// with tostop set lets it write instead of stopping it, which would leave
+// CMD running with nobody to stop it.
+func leaseGuardSay(w io.Writer, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	runtime.LockOSThread() // the signal mask is the thread's
+	defer runtime.UnlockOSThread()
+	set, old := leaseSigmask(syscall.SIGTTOU), uint64(0)
+	if leaseSigprocmask(sigBlock, &set, &old) != nil {
+		return
+	}
+	_, _ = io.WriteString(w, msg)
+	_ = leaseSigprocmask(sigSetmask, &old, nil)
+}
+
+// rt_sigprocmask(2) of the calling thread.
+const sigBlock, sigSetmask = 0, 2 // SIG_BLOCK, SIG_SETMASK
+
+func leaseSigmask(s syscall.Signal) uint64 { return 1 << (s - 1) }
+
+func leaseSigprocmask(how int, set, old *uint64) error {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, uintptr(how), uintptr(unsafe.Pointer(set)), uintptr(unsafe.Pointer(old)), 8, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
 // leaseSameTerminal tells whether a and b are one terminal.
 func leaseSameTerminal(a, b *os.File) bool {
 	var sa, sb syscall.Stat_t
@@ -194,14 +222,13 @@ func leaseTcgetpgrp(fd int) (int, error) {
 func leaseTcsetpgrp(fd, pgrp int) error {
 	runtime.LockOSThread() // the signal mask is the thread's
 	defer runtime.UnlockOSThread()
-	const sigBlock, sigSetmask = 0, 2 // SIG_BLOCK, SIG_SETMASK
-	set, old := uint64(1)<<(syscall.SIGTTOU-1), uint64(0)
-	if _, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, sigBlock, uintptr(unsafe.Pointer(&set)), uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 {
-		return e
+	set, old := leaseSigmask(syscall.SIGTTOU), uint64(0)
+	if err := leaseSigprocmask(sigBlock, &set, &old); err != nil {
+		return err
 	}
 	p := int32(pgrp)
 	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p)))
-	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, sigSetmask, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
+	_ = leaseSigprocmask(sigSetmask, &old, nil)
 	if e != 0 {
 		return e
 	}
@@ -285,7 +312,7 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 		return job != 0 && err == nil && p == job
 	}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
-		fmt.Fprintf(stderr, "baton: the guard cannot reap what %s leaves: %v\n", argv[0], e)
+		leaseGuardSay(stderr, "baton: the guard cannot reap what %s leaves: %v\n", argv[0], e)
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
@@ -298,7 +325,7 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "baton: start %s: %v\n", argv[0], err)
+		leaseGuardSay(stderr, "baton: start %s: %v\n", argv[0], err)
 		return 1
 	}
 	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
@@ -307,7 +334,7 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Foreground: ownsTerminal(), Ctty: tty},
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "baton: start %s: %v\n", argv[0], err)
+		leaseGuardSay(stderr, "baton: start %s: %v\n", argv[0], err)
 		return 1
 	}
 	pgid := proc.Pid // CMD leads its group
@@ -421,7 +448,7 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 				killAt = time.Time{}
 			}
 			if now.After(giveUp) {
-				fmt.Fprintf(stderr, "baton: processes of %s's group %d outlived SIGKILL\n", argv[0], pgid)
+				leaseGuardSay(stderr, "baton: processes of %s's group %d outlived SIGKILL\n", argv[0], pgid)
 				if !cmdDone {
 					return 1
 				}
@@ -444,8 +471,8 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 			lapseC = nil
 			if !stopping {
 				_, _ = toParent.Write([]byte{leaseGuardLapsed})
-				fmt.Fprintf(stderr, "baton: the lease was not renewed in time; stopping %s\n", argv[0])
 				stop()
+				leaseGuardSay(stderr, "baton: the lease was not renewed in time; stopping %s\n", argv[0])
 			}
 		case <-resume:
 			if !cmdDone && !stopping {

@@ -261,3 +261,35 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 		}
 	})
 }
+
+// With the terminal's tostop set, a background process that writes to the
+// terminal is stopped (SIGTTOU). baton, in the background while CMD has
+// the terminal, is stopped by its first message when the server is away;
+// the guard, always in the background, must still stop CMD in time.
+func TestLeaseRunTerminalTostop(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	const key, ttl = "issue:octo/demo#65", 6 * time.Second
+	term := cliStartTerminal(t, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}, `set -m; stty tostop
+"$BATON" lease run '`+key+`' --ttl 6s --grace 1s -- sh -c 'trap "" TERM; echo "pid $$"; while :; do sleep 0.05; done'
+echo "stopped $?"; fg; echo "status $?"`)
+	term.waitFor(t, "pid ")
+	proxy.failRenewals.Store(true)
+	time.Sleep(100 * time.Millisecond)
+	pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
+	if len(pids) != 1 {
+		t.Fatalf("the terminal shows:\n%s", term.out)
+	}
+	expiresAt := proxy.acquiredAt().Add(ttl)
+	for cliAlive(pids[0]) {
+		if time.Now().After(expiresAt) {
+			psOut, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,stat,wchan:20,cmd").Output()
+			t.Fatalf("the command still runs when the lease may have expired; the terminal shows:\n%s\n%s", term.out, psOut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	term.waitFor(t, "status 4")
+	term.finish(t)
+}
