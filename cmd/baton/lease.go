@@ -454,6 +454,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		return 1, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	defer child.close()
+	stderr = child.stderr // baton's messages while CMD runs
 	exited := make(chan error, 1)
 	go func() { exited <- child.cmd.Wait() }()
 
@@ -729,6 +730,8 @@ func leaseStopLead(ttl, grace time.Duration) time.Duration {
 // (startLeaseChild in lease_linux.go, lease_other.go).
 type leaseChild struct {
 	cmd *exec.Cmd
+	// stderr is where baton writes its messages while CMD runs.
+	stderr io.Writer
 	// signal passes a signal baton got on to CMD's process group.
 	signal func(syscall.Signal)
 	// stop is for a lost lease: SIGTERM to CMD's group, SIGKILL after

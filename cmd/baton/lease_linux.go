@@ -114,8 +114,13 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 			}
 		}
 	}()
+	say := stderr
+	if job != 0 {
+		say = leaseNoTTOU{stderr}
+	}
 	return &leaseChild{
 		cmd:       guard,
+		stderr:    say,
 		signal:    func(s syscall.Signal) { _ = guard.Process.Signal(s) },
 		stop:      func() { w.Close() },
 		killAfter: grace + leaseGuardKillMargin,
@@ -170,19 +175,25 @@ func leaseMonotonic() int64 {
 }
 
 // leaseGuardSay writes a message of the guard. The guard's process group
-// is never the terminal's foreground: with SIGTTOU blocked, a terminal
-// with tostop set lets it write instead of stopping it, which would leave
-// CMD running with nobody to stop it.
+// is never the terminal's foreground (leaseNoTTOU).
 func leaseGuardSay(w io.Writer, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	_, _ = fmt.Fprintf(leaseNoTTOU{w}, format, args...)
+}
+
+// leaseNoTTOU writes with SIGTTOU blocked, as shells do: a terminal with
+// tostop set then lets a process of a background group write instead of
+// stopping it. The guard, and baton while CMD has the terminal, write
+// so: stopped, they would stop nothing (CMD runs on) and renew nothing.
+type leaseNoTTOU struct{ w io.Writer }
+
+func (l leaseNoTTOU) Write(p []byte) (int, error) {
 	runtime.LockOSThread() // the signal mask is the thread's
 	defer runtime.UnlockOSThread()
 	set, old := leaseSigmask(syscall.SIGTTOU), uint64(0)
-	if leaseSigprocmask(sigBlock, &set, &old) != nil {
-		return
+	if err := leaseSigprocmask(sigBlock, &set, &old); err == nil {
+		defer func() { _ = leaseSigprocmask(sigSetmask, &old, nil) }()
 	}
-	_, _ = io.WriteString(w, msg)
-	_ = leaseSigprocmask(sigSetmask, &old, nil)
+	return l.w.Write(p)
 }
 
 // rt_sigprocmask(2) of the calling thread.

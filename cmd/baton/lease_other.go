@@ -23,6 +23,7 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 	pgid := child.Process.Pid
 	return &leaseChild{
 		cmd:       child,
+		stderr:    stderr,
 		signal:    func(s syscall.Signal) { _ = syscall.Kill(-pgid, s) },
 		stop:      func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
 		killAfter: grace,

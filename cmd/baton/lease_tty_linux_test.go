@@ -262,34 +262,89 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 	})
 }
 
-// With the terminal's tostop set, a background process that writes to the
-// terminal is stopped (SIGTTOU). baton, in the background while CMD has
-// the terminal, is stopped by its first message when the server is away;
-// the guard, always in the background, must still stop CMD in time.
+// With the terminal's tostop set, a process of a background group that
+// writes to the terminal is stopped (SIGTTOU). While CMD has the terminal,
+// baton and its guard are in the background: their messages must not stop
+// them, or nobody renews the lease, or stops CMD in time.
 func TestLeaseRunTerminalTostop(t *testing.T) {
 	t.Parallel()
 	bin := cliBuildBaton(t)
 	env := newCLIEnv(t, cliEnvOptions{})
-	proxy := newCLILeaseProxy(t, env.URL)
-	const key, ttl = "issue:octo/demo#65", 6 * time.Second
-	term := cliStartTerminal(t, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}, `set -m; stty tostop
-"$BATON" lease run '`+key+`' --ttl 6s --grace 1s -- sh -c 'trap "" TERM; echo "pid $$"; while :; do sleep 0.05; done'
-echo "stopped $?"; fg; echo "status $?"`)
-	term.waitFor(t, "pid ")
-	proxy.failRenewals.Store(true)
-	time.Sleep(100 * time.Millisecond)
-	pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
-	if len(pids) != 1 {
-		t.Fatalf("the terminal shows:\n%s", term.out)
-	}
-	expiresAt := proxy.acquiredAt().Add(ttl)
-	for cliAlive(pids[0]) {
-		if time.Now().After(expiresAt) {
-			psOut, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,stat,wchan:20,cmd").Output()
-			t.Fatalf("the command still runs when the lease may have expired; the terminal shows:\n%s\n%s", term.out, psOut)
+	const ttl = 6 * time.Second
+	run := func(t *testing.T, key, setup string, during func(t *testing.T, proxy *cliLeaseProxy, term *cliTerminal)) *cliTerminal {
+		proxy := newCLILeaseProxy(t, env.URL)
+		term := cliStartTerminal(t, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}, setup+`; stty tostop
+"$BATON" lease run '`+key+`' --ttl 6s --grace 1s -- sh -c 'trap "" TERM; echo "pid $$"; echo "guard $PPID"; while :; do sleep 0.05; done'
+echo "status $?"`)
+		term.waitFor(t, "guard ")
+		time.Sleep(100 * time.Millisecond)
+		pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
+		if len(pids) != 1 {
+			t.Fatalf("the terminal shows:\n%s", term.out)
 		}
-		time.Sleep(10 * time.Millisecond)
+		during(t, proxy, term)
+		expiresAt := proxy.acquiredAt().Add(ttl)
+		for cliAlive(pids[0]) {
+			if time.Now().After(expiresAt) {
+				psOut, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,stat,wchan:20,cmd").Output()
+				t.Fatalf("the command still runs when the lease may have expired; the terminal shows:\n%s\n%s", term.out, psOut)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return term
 	}
-	term.waitFor(t, "status 4")
-	term.finish(t)
+
+	t.Run("baton's messages", func(t *testing.T) {
+		t.Parallel()
+		// A job-control shell: baton's job is not orphaned, so the
+		// terminal would stop it.
+		term := run(t, "issue:octo/demo#65", "set -m", func(t *testing.T, proxy *cliLeaseProxy, _ *cliTerminal) {
+			proxy.failRenewals.Store(true)
+		})
+		term.waitFor(t, "status 4")
+		if out := term.out.String(); !strings.Contains(out, "renewing") || strings.Contains(out, "Stopped") {
+			t.Errorf("the terminal shows:\n%s", out)
+		}
+		term.finish(t)
+	})
+
+	t.Run("the guard's messages", func(t *testing.T) {
+		t.Parallel()
+		// baton is stopped (and renews nothing): the guard stops CMD and
+		// says so.
+		var baton int
+		term := run(t, "issue:octo/demo#66", "true", func(t *testing.T, _ *cliLeaseProxy, term *cliTerminal) {
+			_, after, _ := strings.Cut(term.out.String(), "guard ")
+			var guard int
+			if _, err := fmt.Sscanf(after, "%d", &guard); err != nil {
+				t.Fatal(err)
+			}
+			baton = cliParent(t, guard)
+			if err := syscall.Kill(baton, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if err := syscall.Kill(baton, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		term.waitFor(t, "status 4")
+		term.finish(t)
+	})
+}
+
+// cliParent is the parent of process pid.
+func cliParent(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	var ppid int
+	if i := strings.LastIndexByte(s, ')'); i < 0 {
+		t.Fatalf("/proc/%d/stat: %q", pid, s)
+	} else if _, err := fmt.Sscanf(s[i+2:], "%c %d", new(rune), &ppid); err != nil {
+		t.Fatalf("/proc/%d/stat: %q: %v", pid, s, err)
+	}
+	return ppid
 }
