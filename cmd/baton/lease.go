@@ -57,7 +57,7 @@ type leaseOptions struct {
 func addLeaseFlags(cmd *cobra.Command, ttl, token bool) *leaseOptions {
 	o := &leaseOptions{hasTTL: ttl}
 	f := cmd.Flags()
-	f.StringVar(&o.owner, "owner", "", "who holds the lease, no '/' (env BATON_LEASE_OWNER; default USER@HOST)")
+	f.StringVar(&o.owner, "owner", "", "who holds the lease, no '/' nor spaces at its ends (env BATON_LEASE_OWNER; default USER@HOST)")
 	if ttl {
 		f.DurationVar(&o.ttl, "ttl", time.Minute, leaseTTLUsage)
 	}
@@ -368,7 +368,7 @@ The owner defaults to USER@HOST:PID, unique to this run.`,
 	// Not addLeaseFlags: another default owner, and no --json (run prints
 	// nothing of its own but errors).
 	o.leaseOptions = &leaseOptions{hasTTL: true}
-	cmd.Flags().StringVar(&o.owner, "owner", "", "who holds the lease, no '/' (env BATON_LEASE_OWNER; default USER@HOST:PID, unique to this run)")
+	cmd.Flags().StringVar(&o.owner, "owner", "", "who holds the lease, no '/' nor spaces at its ends (env BATON_LEASE_OWNER; default USER@HOST:PID, unique to this run)")
 	cmd.Flags().DurationVar(&o.ttl, "ttl", time.Minute, leaseTTLUsage)
 	o.clientOptions = addServerFlags(cmd)
 	return cmd
