@@ -231,6 +231,8 @@ func TestAPIBadInput(t *testing.T) {
 		{"renew ttl out of range", "POST", apiLeasePath(leaseKey, "renew"), env.alice, map[string]any{"owner": "ci", "token": grant.Token, "ttlSeconds": 100000}, 400, "invalid_request"},
 		{"missing owner", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"ttlSeconds": 60}, 400, "invalid_request"},
 		{"owner with a slash", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"owner": "bob/ci"}, 400, "invalid_request"},
+		{"owner of spaces only", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"owner": "   "}, 400, "invalid_request"},
+		{"owner ending with a space", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"owner": "ci "}, 400, "invalid_request"},
 		{"owner too long", "POST", apiLeasePath("issue:octo/demo#13", "acquire"), env.alice, map[string]any{"owner": strings.Repeat("o", 101)}, 400, "invalid_request"},
 		{"renew without a token", "POST", apiLeasePath(leaseKey, "renew"), env.alice, map[string]any{"owner": "ci"}, 400, "invalid_request"},
 		{"release with token 0", "POST", apiLeasePath(leaseKey, "release"), env.alice, map[string]any{"owner": "ci", "token": 0}, 400, "invalid_request"},

@@ -82,6 +82,13 @@ func (a *API) acquireLease(w http.ResponseWriter, r *http.Request, p *Principal)
 	if err != nil {
 		return err
 	}
+	// Spaces at an owner's ends are refused when a lease is taken (a
+	// holder "job " cannot be told from "job" in a listing, and one made
+	// only of spaces names nobody); renew and release still take them, so
+	// that a holder from before can finish.
+	if strings.TrimSpace(req.Owner) != req.Owner {
+		return schema.Invalidf("owner must not begin or end with spaces")
+	}
 	ttl, err := leaseTTL(req.TTLSeconds)
 	if err != nil {
 		return err
