@@ -32,6 +32,29 @@ func authorizeBearer(r *http.Request, owner, repo string) error {
 	return schema.ErrUnauthorized
 }
 
+// authorizeGoodPrefix allows every "Bearer good…" token, so that a test
+// can use many tokens (the reconcile spacing is per token).
+func authorizeGoodPrefix(r *http.Request, owner, repo string) error {
+	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
+		return nil
+	}
+	return schema.ErrUnauthorized
+}
+
+// labelQueued labels pull requests 1..n of repo for the queue and hands
+// the queue their labeled events (the stacks here send no webhooks).
+func labelQueued(t *testing.T, s *stack, repo string, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if err := s.sim.AddLabel("octo", repo, i, "baton:queue", "monalisa"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.q.HandleEvent(context.Background(), labelEvent(repo, i, "labeled", fmt.Sprintf("%s-%d", repo, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 type apiAnswer struct {
 	status int
 	body   map[string]any
@@ -75,14 +98,7 @@ func TestHTTPRoutes(t *testing.T) {
 	s := newStack(t, stackOptions{noWebhooks: true})
 	const repo = "api"
 	s.repo(t, repo, 2, []string{"ci"})
-	for n := 1; n <= 2; n++ {
-		if err := s.sim.AddLabel("octo", repo, n, "baton:queue", "monalisa"); err != nil { // no webhooks: the event is sent below
-			t.Fatal(err)
-		}
-		if err := s.q.HandleEvent(ctx, labelEvent(repo, n, "labeled", fmt.Sprintf("api-%d", n))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	labelQueued(t, s, repo, 2)
 	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeBearer))
 	t.Cleanup(srv.Close)
 	base := "/v1/repos/octo/" + repo + "/queue"
@@ -176,22 +192,11 @@ func TestHTTPReconcileWhenGitHubFails(t *testing.T) {
 	s := newStack(t, stackOptions{noWebhooks: true})
 	const repo = "ghfail"
 	s.repo(t, repo, 1, []string{"ci"})
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", "ghfail-1")); err != nil {
-		t.Fatal(err)
-	}
+	labelQueued(t, s, repo, 1)
 	// Each case with its own token ("good-N"): one token reconciles a
 	// repository at most once a minute (TestHTTPReconcileSpacing), unless
 	// the reconcile did not run through.
-	allow := func(r *http.Request, owner, repo string) error {
-		if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
-			return nil
-		}
-		return schema.ErrUnauthorized
-	}
-	srv := httptest.NewServer(mergequeue.NewHandler(s.q, allow))
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeGoodPrefix))
 	t.Cleanup(srv.Close)
 	path := "/v1/repos/octo/" + repo + "/queue/reconcile"
 	for i, c := range []struct {
@@ -293,20 +298,9 @@ func TestHTTPReconcileSpacing(t *testing.T) {
 	s := newStack(t, stackOptions{noWebhooks: true, fakeClock: true})
 	for _, repo := range []string{"spaced", "other"} { // queues baton knows
 		s.repo(t, repo, 1, []string{"ci"})
-		if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "monalisa"); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.q.HandleEvent(ctx, labelEvent(repo, 1, "labeled", repo+"-1")); err != nil {
-			t.Fatal(err)
-		}
+		labelQueued(t, s, repo, 1)
 	}
-	allow := func(r *http.Request, owner, repo string) error {
-		if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
-			return nil
-		}
-		return schema.ErrUnauthorized
-	}
-	srv := httptest.NewServer(mergequeue.NewHandler(s.q, allow))
+	srv := httptest.NewServer(mergequeue.NewHandler(s.q, authorizeGoodPrefix))
 	t.Cleanup(srv.Close)
 	path := "/v1/repos/octo/spaced/queue/reconcile"
 	if a := call(t, srv, "POST", path, "good"); a.status != 200 || a.body["skipped"] != false {
