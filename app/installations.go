@@ -125,9 +125,9 @@ type Installations struct {
 	// resync's snapshot cannot overwrite a newer event.
 	mu sync.Mutex
 
-	cache        repoCache    // InstallationOf's answers
-	currentCache repoCache    // CurrentNames().InstallationOf's
-	accountCache accountCache // SameAccountInstallations'
+	cache        repoCache              // InstallationOf's answers
+	currentCache repoCache              // CurrentNames().InstallationOf's
+	accountCache registryCache[[]int64] // SameAccountInstallations'
 
 	lifeMu  sync.Mutex
 	started bool
