@@ -104,30 +104,26 @@ func (b *Broker) DeadLetterOf(ctx context.Context, operationID string) (DeadLett
 		return DeadLetter{}, err
 	}
 	raw, err := s.dlq.GetLastMsgForSubject(ctx, DeadLetterSubject(operationID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return DeadLetter{}, fmt.Errorf("%w: operation %s", ErrDeadLetterNotFound, operationID)
-	}
-	if err != nil {
-		return DeadLetter{}, fmt.Errorf("queue: dead letter of %s: %w", operationID, err)
-	}
-	dl, ok := parseDeadLetter(raw)
-	if !ok {
-		return DeadLetter{}, fmt.Errorf("%w: operation %s", ErrDeadLetterNotFound, operationID)
-	}
-	return dl, nil
+	return readDeadLetter(raw, err, "operation "+operationID)
 }
 
 func (s *session) getDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
 	raw, err := s.dlq.GetMsg(ctx, seq)
+	return readDeadLetter(raw, err, fmt.Sprintf("sequence %d", seq))
+}
+
+// readDeadLetter is the dead letter of a stream read (what names what was
+// asked for): ErrDeadLetterNotFound when there is none there.
+func readDeadLetter(raw *jetstream.RawStreamMsg, err error, what string) (DeadLetter, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return DeadLetter{}, fmt.Errorf("%w: sequence %d", ErrDeadLetterNotFound, seq)
+		return DeadLetter{}, fmt.Errorf("%w: %s", ErrDeadLetterNotFound, what)
 	}
 	if err != nil {
-		return DeadLetter{}, fmt.Errorf("queue: get dead letter %d: %w", seq, err)
+		return DeadLetter{}, fmt.Errorf("queue: get the dead letter of %s: %w", what, err)
 	}
 	dl, ok := parseDeadLetter(raw)
 	if !ok {
-		return DeadLetter{}, fmt.Errorf("%w: sequence %d is not a dead letter", ErrDeadLetterNotFound, seq)
+		return DeadLetter{}, fmt.Errorf("%w: %s is not a dead letter", ErrDeadLetterNotFound, what)
 	}
 	return dl, nil
 }
