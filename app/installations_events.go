@@ -110,9 +110,15 @@ func (in *Installations) Events() []string {
 // installation, installation_repositories or installation_target event's
 // action: it reads the installation's current state (GET
 // /app/installations/{id}) and, unless suspended, its repositories, and
-// records them, as the resync does. Only when GitHub does not know the
-// installation (404), or there is no App client, is the event applied as
-// sent. A deleted event is always applied: a removal is final.
+// records them, as the resync does. When GitHub does not know the
+// installation (404: removed since, or never installed; the delivery may
+// be a late or replayed one, as a signed body can be sent again under
+// another delivery ID), the event grants nothing: no installation is
+// recorded and no repository added on its word, only
+// installation_repositories' removals are applied. Only without an App
+// client (baton not yet set up as an App) is the event applied as sent. A
+// deleted event is always applied: a removal is final, and GitHub never
+// reuses an installation ID.
 func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	var p installationPayload
 	if err := json.Unmarshal(d.Payload, &p); err != nil {
@@ -154,7 +160,21 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 			log.Info("installation updated from GitHub's current state", zap.String(logKeyEvent, "installations.updated"))
 			return nil
 		}
-		log.Info("GitHub does not know the installation: event applied as sent", zap.String(logKeyEvent, "installations.unknown"))
+		// GitHub does not know the installation: it was removed since
+		// (a late or replayed delivery), or never was. The payload's word
+		// grants nothing: no installation is recorded, no repository
+		// added (one would be taken from the installation GitHub lists it
+		// in). Only repositories taken away are.
+		if d.Event == "installation_repositories" && len(p.RepositoriesRemoved) > 0 {
+			err := in.write(ctx, func(tx *sqlite.Tx) error {
+				return removeReposTx(tx, s.id, installationRepos(p.RepositoriesRemoved), in.cfg.Now())
+			})
+			if err != nil {
+				return fmt.Errorf("app: apply %s.%s to installation %d: %w", d.Event, p.Action, s.id, err)
+			}
+		}
+		log.Warn("GitHub does not know the installation: nothing the event grants is recorded", zap.String(logKeyEvent, "installations.unknown"))
+		return nil
 	}
 	if d.Event == "installation_target" {
 		return in.renameAccountLocked(ctx, s.id, p, log)

@@ -202,9 +202,15 @@ func TestInstallationsResync(t *testing.T) {
 	ctx := hookCtx(t)
 	in := e.inst
 	in.pageSize = 2
-	// An installation baton heard of that GitHub no longer has.
+	// An installation baton heard of that GitHub no longer has (recorded
+	// as sent by a registry without an App client: one with it asks
+	// GitHub, which does not know it, and records nothing).
 	stale := `{"action":"created","installation":{"id":99,"account":{"login":"gone","type":"User"},"permissions":{},"events":[]},"repositories":[{"id":1,"full_name":"gone/repo"}]}`
-	if err := in.HandleEvent(ctx, Delivery{ID: "x", Event: "installation", Action: "created", Payload: []byte(stale)}); err != nil {
+	asSent, err := NewInstallations(InstallationsConfig{DB: e.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := asSent.HandleEvent(ctx, Delivery{ID: "x", Event: "installation", Action: "created", Payload: []byte(stale)}); err != nil {
 		t.Fatal(err)
 	}
 	wantInstallationOf(t, ctx, in, "gone", "repo", 99, "")
