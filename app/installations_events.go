@@ -242,7 +242,9 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 
 // handleRepositoryEvent follows a repository of a known installation:
 // created (in an installation that grants every repository), deleted,
-// renamed, or transferred in. GitHub sends repository.transferred only to
+// renamed, or transferred in. An event about a repository of another
+// account than the installation's is not applied: the installation is
+// read again from GitHub. GitHub sends repository.transferred only to
 // the installation of the account the repository moved to, with the
 // repository under its new name: it joins that installation, and leaves
 // whichever one had it under its old name (the repository's ID does not
@@ -270,9 +272,29 @@ func (in *Installations) handleRepositoryEvent(ctx context.Context, d Delivery, 
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	var known bool
-	if err := in.db.QueryRow(ctx, `SELECT COUNT(*) > 0 FROM installations WHERE id = ? AND deleted_at IS NULL`, id).Scan(&known); err != nil {
+	var (
+		known   bool
+		account string
+	)
+	switch err := in.db.QueryRow(ctx, `SELECT account FROM installations WHERE id = ? AND deleted_at IS NULL`, id).Scan(&account); {
+	case err == nil:
+		known = true
+	case !errors.Is(err, sql.ErrNoRows):
 		return err
+	}
+	if owner, _, _ := strings.Cut(repo.fullName, "/"); known && in.cfg.App != nil && !strings.EqualFold(owner, account) {
+		// GitHub sends an installation events about its own account's
+		// repositories only: this one is about another account's (a
+		// rename of the account not heard of yet, or a body sent again
+		// that is not GitHub's word now). What the installation has is
+		// GitHub's to say: nothing is taken from another installation on
+		// the event's word.
+		if _, err := in.refreshLocked(ctx, id); err != nil {
+			return fmt.Errorf("app: apply repository.%s to installation %d: %w", p.Action, id, err)
+		}
+		in.log.Warn("repository event about another account's repository: installation read again from GitHub", zap.String(logKeyEvent, "installations.mismatch"),
+			zap.String(logKeyDeliveryID, d.ID), zap.Int64(logKeyInstallation, id), zap.String(logKeyAction, p.Action), zap.String(logKeyRepository, repo.fullName))
+		return nil
 	}
 	// A repository transferred to the installation has left the one that
 	// had it already, whether or not this one is known yet.

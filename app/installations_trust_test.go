@@ -66,3 +66,42 @@ func TestInstallationEventsOfAnInstallationGitHubDoesNotKnowGrantNothing(t *test
 	}
 	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
 }
+
+// A signed repository event naming a repository of another account than
+// its installation's (GitHub sends an installation only events about its
+// own account's repositories) does not move the repository there.
+func TestRepositoryEventsOfAnotherAccountMoveNothing(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var demoID int64
+	for _, r := range e.sim.Repos() {
+		if r.FullName == "octo/demo" {
+			demoID = r.ID
+		}
+	}
+	post := repositoryEvents(t, ctx, e, "octo", "demo")
+	for _, action := range []string{"created", "renamed", "transferred"} {
+		var changes map[string]any
+		if action == "renamed" {
+			changes = renamedFrom("old")
+		}
+		post("other-account-"+action, action, "octo/demo", demoID, 2, changes)
+		wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+		if rec, _ := e.ledger.Get(ctx, "other-account-"+action); rec.State != DeliveryHandled {
+			t.Errorf("%s: %+v", action, rec)
+		}
+	}
+	post("other-account-deleted", "deleted", "octo/demo", demoID, 2, nil)
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	// Its own account's repositories it follows as before.
+	post("own-created", "created", "acme/fresh", 9301, 2, nil)
+	wantInstallationOf(t, ctx, e.inst, "acme", "fresh", 2, "")
+}
