@@ -93,8 +93,10 @@ type Config struct {
 	GitHub func(installationID int64) (*github.Client, error)
 	// Installations says which installation has a repository now: POST
 	// …/queue/reconcile and ReconcileAll work as that one rather than the
-	// one the queue's state names (which GitHub may no longer know), and
-	// ReconcileAll leaves alone a repository none in force has. Optional.
+	// one the queue's state names (which GitHub may no longer know),
+	// ReconcileAll leaves alone a repository none in force has, and
+	// HandleEvent ignores an event whose installation is not that one
+	// (without it, the event's installation is trusted). Optional.
 	Installations InstallationResolver
 	// Repositories lists repositories ReconcileAll visits besides those the
 	// queue has state for, so that a queue whose state was lost is

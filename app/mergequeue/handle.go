@@ -6,11 +6,14 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/schema"
 )
 
 // HandleEvent acts on one webhook delivery of the events Events lists.
 // It returns nil once the delivery is handled (including every delivery
-// the queue has nothing to do with), a *RetryError when it must be handed
+// the queue has nothing to do with, and every one whose installation is
+// not the one Config.Installations says has the repository), a *RetryError when it must be handed
 // over again later (the repository's lease is held; never drop it), an
 // error wrapping ErrInvalidEvent for a payload it cannot use, and other
 // errors for failures worth retrying with backoff (GitHub or the database
@@ -56,6 +59,25 @@ func (q *Queue) HandleEvent(ctx context.Context, ev Event) (err error) {
 	if !concerns {
 		result = "ignored"
 		return nil
+	}
+	if q.cfg.Installations != nil {
+		// The payload's installation is its word only (GitHub signs the
+		// body, not the delivery ID: a body can come again, late): the
+		// queue works as the installation that has the repository now.
+		// An event whose installation is another, or about a repository
+		// none in force has, is left to the next reconcile, which reads
+		// GitHub's state.
+		have, err := q.cfg.Installations.InstallationOf(ctx, owner, name)
+		if err != nil && schema.ErrorCode(err) != schema.CodeForbidden && schema.ErrorCode(err) != schema.CodeNotFound {
+			return fmt.Errorf("mergequeue: the installation of %s/%s: %w", owner, name, err)
+		}
+		if err != nil || have != inst {
+			result = "ignored"
+			q.log.Warn("event whose installation does not have the repository ignored", zap.String(logEvent, "mergequeue.event_ignored"),
+				zap.String(logRepository, owner+"/"+name), zap.Int64(logInstallation, inst), zap.Int64("repositoryInstallation", have),
+				zap.String(logDeliveryID, ev.DeliveryID), zap.String(logGitHubEvent, ev.Name), zap.String(logAction, ev.Action), zap.NamedError("refused", err))
+			return nil
+		}
 	}
 	pr := in.pr
 	err = q.withRepo(ctx, inst, owner, name, deliveryTrigger(ev, pr), func(r *run) error { return r.apply(in) })
