@@ -115,10 +115,11 @@ func (in *Installations) Events() []string {
 // be a late or replayed one, as a signed body can be sent again under
 // another delivery ID), the event grants nothing: no installation is
 // recorded and no repository added on its word, only
-// installation_repositories' removals are applied. Only without an App
-// client (baton not yet set up as an App) is the event applied as sent. A
-// deleted event is always applied: a removal is final, and GitHub never
-// reuses an installation ID.
+// installation_repositories' removals are applied. A deleted event is
+// applied when GitHub does not know the installation (a removal is final:
+// GitHub never reuses an installation ID); about one GitHub still has, the
+// installation's current state is recorded instead. Only without an App
+// client (baton not yet set up as an App) is an event applied as sent.
 func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 	var p installationPayload
 	if err := json.Unmarshal(d.Payload, &p); err != nil {
@@ -151,30 +152,39 @@ func (in *Installations) HandleEvent(ctx context.Context, d Delivery) error {
 		log.Info("event about a removed installation ignored", zap.String(logKeyEvent, "installations.ignored"))
 		return nil
 	}
-	if in.cfg.App != nil && !(d.Event == "installation" && p.Action == "deleted") {
+	removal := d.Event == "installation" && p.Action == "deleted"
+	if in.cfg.App != nil {
 		refreshed, err := in.refreshLocked(ctx, s.id)
 		if err != nil {
 			return fmt.Errorf("app: apply %s.%s to installation %d: %w", d.Event, p.Action, s.id, err)
 		}
-		if refreshed {
+		switch {
+		case refreshed && removal:
+			// A body sent again, or not GitHub's: GitHub's word is that
+			// the installation is in force.
+			log.Warn("deleted event about an installation GitHub still has: its current state recorded instead", zap.String(logKeyEvent, "installations.ignored"))
+			return nil
+		case refreshed:
 			log.Info("installation updated from GitHub's current state", zap.String(logKeyEvent, "installations.updated"))
 			return nil
-		}
-		// GitHub does not know the installation: it was removed since
-		// (a late or replayed delivery), or never was. The payload's word
-		// grants nothing: no installation is recorded, no repository
-		// added (one would be taken from the installation GitHub lists it
-		// in). Only repositories taken away are.
-		if d.Event == "installation_repositories" && len(p.RepositoriesRemoved) > 0 {
-			err := in.write(ctx, func(tx *sqlite.Tx) error {
-				return removeReposTx(tx, s.id, installationRepos(p.RepositoriesRemoved), in.cfg.Now())
-			})
-			if err != nil {
-				return fmt.Errorf("app: apply %s.%s to installation %d: %w", d.Event, p.Action, s.id, err)
+		case !removal:
+			// GitHub does not know the installation: it was removed since
+			// (a late or replayed delivery), or never was. The payload's
+			// word grants nothing: no installation is recorded, no
+			// repository added (one would be taken from the installation
+			// GitHub lists it in). Only repositories taken away are.
+			if d.Event == "installation_repositories" && len(p.RepositoriesRemoved) > 0 {
+				err := in.write(ctx, func(tx *sqlite.Tx) error {
+					return removeReposTx(tx, s.id, installationRepos(p.RepositoriesRemoved), in.cfg.Now())
+				})
+				if err != nil {
+					return fmt.Errorf("app: apply %s.%s to installation %d: %w", d.Event, p.Action, s.id, err)
+				}
 			}
+			log.Warn("GitHub does not know the installation: nothing the event grants is recorded", zap.String(logKeyEvent, "installations.unknown"))
+			return nil
 		}
-		log.Warn("GitHub does not know the installation: nothing the event grants is recorded", zap.String(logKeyEvent, "installations.unknown"))
-		return nil
+		// Removed, and GitHub does not know it any more: applied below.
 	}
 	if d.Event == "installation_target" {
 		return in.renameAccountLocked(ctx, s.id, p, log)

@@ -105,3 +105,44 @@ func TestRepositoryEventsOfAnotherAccountMoveNothing(t *testing.T) {
 	post("own-created", "created", "acme/fresh", 9301, 2, nil)
 	wantInstallationOf(t, ctx, e.inst, "acme", "fresh", 2, "")
 }
+
+// A signed installation deleted event about an installation GitHub still
+// has (a body sent again, or not GitHub's) does not remove it: the
+// registry records GitHub's state of it instead. One GitHub no longer
+// has is removed.
+func TestInstallationDeletedIsCheckedWithGitHub(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	ctx := hookCtx(t)
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"action": "deleted", "installation": map[string]any{"id": 1,
+		"account": map[string]any{"id": 9201, "login": "octo", "type": "Organization"}}})
+	if resp := e.post("s3cret", "installation", "deleted-1", body); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post: %d", resp.StatusCode)
+	}
+	e.waitSettled(ctx)
+	wantInstallationOf(t, ctx, e.inst, "octo", "demo", 1, "")
+	if _, err := e.inst.Installation(ctx, 1); err != nil {
+		t.Errorf("installation 1: %v", err)
+	}
+	// Events about it are followed still.
+	if _, err := e.sim.AddRepo("octo", "later", 1); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	wantInstallationOf(t, ctx, e.inst, "octo", "later", 1, "")
+	// Removed on GitHub, it is removed.
+	if err := e.sim.DeleteInstallation(2); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if _, err := e.inst.Installation(ctx, 2); !errors.Is(err, ErrInstallationUnavailable) {
+		t.Errorf("installation 2 after GitHub removed it: %v", err)
+	}
+}
