@@ -2,6 +2,8 @@ package mergequeue_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -316,5 +318,94 @@ func TestLabelByTriagerDoesNotQueue(t *testing.T) {
 	}
 	if _, queued := s.entryOf(t, repo, 1); queued {
 		t.Error("#1 queued by a reconcile")
+	}
+}
+
+// A comment command is acted on once, and never after a newer command of
+// the pull request: GitHub does not sign X-GitHub-Delivery, so a captured
+// delivery replayed under another ID passes the signature check and the
+// ledger. Replaying "/baton queue" must not queue again a pull request
+// dequeued since, nor one bounced by a push (its new head unreviewed).
+func TestReplayedCommandIsNotActedOnAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "replays"
+	s.repo(t, repo, 1, []string{"ci"})
+	for user, perm := range map[string]string{"writer": "write", "reader": "read"} {
+		if err := s.sim.SetPermission("octo", repo, user, perm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commented := func(body string) mergequeue.Event {
+		t.Helper()
+		id, err := s.sim.AddComment("octo", repo, 1, body, "writer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev mergequeue.Event
+		waitFor(t, 30*time.Second, "the comment's delivery", func() bool {
+			for _, d := range s.sim.Deliveries() {
+				var p struct {
+					Comment struct {
+						ID int64 `json:"id"`
+					} `json:"comment"`
+				}
+				if d.Event == "issue_comment" && json.Unmarshal(d.Payload, &p) == nil && p.Comment.ID == id {
+					ev = mergequeue.Event{DeliveryID: "replayed-" + d.GUID, Name: d.Event, Action: d.Action,
+						InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
+					return true
+				}
+			}
+			return false
+		})
+		return ev
+	}
+	// handle hands the queue a delivery as the dispatcher would: again
+	// after a RetryError (webhooks of the repository hold its lease).
+	handle := func(ev mergequeue.Event) {
+		t.Helper()
+		var err error
+		waitFor(t, 30*time.Second, "the replay handled", func() bool {
+			err = s.q.HandleEvent(ctx, ev)
+			var re *mergequeue.RetryError
+			return !errors.As(err, &re)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := func() bool { _, ok := s.entryOf(t, repo, 1); return ok }
+	queue := commented("/baton queue")
+	waitFor(t, 30*time.Second, "#1 queued", queued)
+	commented("/baton dequeue")
+	waitFor(t, 30*time.Second, "#1 dequeued", func() bool { return !queued() })
+
+	handle(queue)
+	if queued() {
+		t.Fatal("the replayed /baton queue queued #1 again after /baton dequeue")
+	}
+	if !slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool {
+		return e.DeliveryID == queue.DeliveryID && strings.Contains(e.Details, "/baton queue ignored")
+	}) {
+		t.Errorf("no event log row says the replay was ignored: %+v", s.events(t, repo))
+	}
+
+	// Queued again by a new comment, then bounced by a push of someone
+	// who may not write: the replayed command does not bring the new head
+	// in.
+	queue = commented("/baton queue")
+	waitFor(t, 30*time.Second, "#1 queued again", queued)
+	if _, err := s.sim.PushPull("octo", repo, 1, "", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return !ok || e.Status == mergequeue.StatusBounced
+	})
+	queue.DeliveryID += "-again"
+	handle(queue)
+	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
+		t.Errorf("the replayed /baton queue queued the pushed head: %+v", e)
 	}
 }

@@ -69,6 +69,7 @@ type payload struct {
 		PullRequest json.RawMessage `json:"pull_request"`
 	} `json:"issue"`
 	Comment *struct {
+		ID   int64       `json:"id"`
 		Body string      `json:"body"`
 		User userPayload `json:"user"`
 	} `json:"comment"`
@@ -145,6 +146,9 @@ type intent struct {
 	user string
 	// labeled is set for an intentJoin from the label being added.
 	labeled bool
+	// commentID is, for intentCommand, the GitHub ID of the comment (0 if
+	// the payload has none).
+	commentID int64
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -232,7 +236,7 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		if user == "" {
 			user = p.Sender.Login
 		}
-		return &intent{kind: intentCommand, pr: p.Issue.Number, dequeue: cmd == "dequeue", user: user}, nil
+		return &intent{kind: intentCommand, pr: p.Issue.Number, dequeue: cmd == "dequeue", user: user, commentID: p.Comment.ID}, nil
 	case "check_run":
 		if action != "completed" || p.CheckRun == nil || p.CheckRun.HeadSHA == "" {
 			return nil, nil

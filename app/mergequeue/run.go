@@ -66,7 +66,8 @@ type run struct {
 	deleted     []int64
 	notes       []string
 	audits      []auditRow
-	savedAudits int // r.audits[:savedAudits] are written (checkpoint)
+	savedAudits int          // r.audits[:savedAudits] are written (checkpoint)
+	commands    []commandRow // comment commands acted on, written by commit
 	reconciled  bool
 	changed     bool // the repository row must be written
 
@@ -172,11 +173,17 @@ func (r *run) checkpoint() error { return r.write(false) }
 func (r *run) write(final bool) error {
 	c := &change{key: r.key, fullName: r.fullName(), inst: r.inst, now: r.now, reconciled: final && r.reconciled,
 		deleted: r.deleted, entries: r.st.entries, audits: r.audits[r.savedAudits:]}
+	if final {
+		// Only once the command's work is done: a run that ends after a
+		// checkpoint leaves the comment to be acted on again, which
+		// finishes it (the operations it asked for are keyed).
+		c.commands = r.commands
+	}
 	if final && len(r.notes) > 0 {
 		c.events = []logRow{{at: r.now, event: r.trig.event, action: r.trig.action, pr: r.trig.pr,
 			deliveryID: r.trig.deliveryID, details: truncate(strings.Join(r.notes, "; "), 2000)}}
 	}
-	dirty := r.changed || (c.reconciled && r.st.id != 0) || len(c.deleted) > 0 || len(c.events) > 0 || len(c.audits) > 0 ||
+	dirty := r.changed || (c.reconciled && r.st.id != 0) || len(c.deleted) > 0 || len(c.events) > 0 || len(c.audits) > 0 || len(c.commands) > 0 ||
 		slices.ContainsFunc(c.entries, func(e *entry) bool { return e.seq == 0 || e.dirty })
 	if !dirty {
 		return nil
@@ -190,6 +197,9 @@ func (r *run) write(final bool) error {
 	// Written: a later write of the run leaves it alone. The audit rows
 	// stay in r.audits, which a reconcile reports from.
 	r.st.id, r.savedAudits, r.deleted, r.changed = c.repoID, len(r.audits), nil, false
+	if final {
+		r.commands = nil
+	}
 	for _, e := range r.st.entries {
 		e.dirty = false
 	}

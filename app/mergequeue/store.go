@@ -70,6 +70,29 @@ type repoState struct {
 	entries  []*entry // in queue order; bounced ones included
 }
 
+// commandRow is a comment command acted on (mergequeue_commands).
+type commandRow struct {
+	pr        int
+	commentID int64
+}
+
+// lastCommand is the GitHub ID of the newest comment command acted on for
+// pull request pr (0: none).
+func (r *run) lastCommand(pr int) (int64, error) {
+	if r.st.id == 0 {
+		return 0, nil
+	}
+	var id int64
+	err := r.q.cfg.DB.QueryRow(r.ctx, `SELECT comment_id FROM mergequeue_commands WHERE repo_id = ? AND pr_number = ?`, r.st.id, pr).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("mergequeue: read the last command of #%d: %w", pr, err)
+	}
+	return id, nil
+}
+
 type logRow struct {
 	at         time.Time
 	event      string
@@ -166,6 +189,7 @@ type change struct {
 	entries    []*entry // the queue after the run; dirty or unsaved ones are written
 	events     []logRow
 	audits     []auditRow
+	commands   []commandRow
 
 	repoID int64 // the repository row's id, once saved
 }
@@ -217,6 +241,13 @@ func (c *change) save(tx *sqlite.Tx) error {
 		if _, err := tx.Exec(`INSERT INTO mergequeue_events (repo_id, at, event, action, pr_number, delivery_id, details)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, repoID, micros(ev.at), ev.event, ev.action, ev.pr, ev.deliveryID, ev.details); err != nil {
 			return fmt.Errorf("mergequeue: append event: %w", err)
+		}
+	}
+	for _, cm := range c.commands {
+		if _, err := tx.Exec(`INSERT INTO mergequeue_commands (repo_id, pr_number, comment_id, at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (repo_id, pr_number) DO UPDATE SET comment_id = max(comment_id, excluded.comment_id), at = excluded.at`,
+			repoID, cm.pr, cm.commentID, micros(c.now)); err != nil {
+			return fmt.Errorf("mergequeue: save command: %w", err)
 		}
 	}
 	for _, a := range c.audits {

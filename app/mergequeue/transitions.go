@@ -562,6 +562,21 @@ func (r *run) command(in *intent) error {
 	if in.dequeue {
 		verb = "dequeue"
 	}
+	if in.commentID > 0 {
+		// A comment is acted on once, and never after a newer command of
+		// the pull request: a signed delivery replayed under another
+		// delivery ID (GitHub does not sign that header) would otherwise
+		// queue again a pull request dequeued since, or dequeue one.
+		last, err := r.lastCommand(in.pr)
+		if err != nil {
+			return err
+		}
+		if in.commentID <= last {
+			r.note("#%d /baton %s ignored: comment %d is not newer than comment %d, acted on already", in.pr, verb, in.commentID, last)
+			r.logInfo("merge queue command ignored: not newer than the last acted on", "mergequeue.command_stale", in.pr)
+			return nil
+		}
+	}
 	ok, perm, err := r.mayWrite(in.user)
 	if err != nil {
 		return err
@@ -577,6 +592,10 @@ func (r *run) command(in *intent) error {
 		// baton's replies.
 		_, err := r.submitKey(refusalKey(r.owner, r.name, in.pr, verb, in.user), schema.ActionComment, r.issueResource(in.pr), schema.CommentPayload{Body: body})
 		return err
+	}
+	if in.commentID > 0 {
+		// Written when the run commits.
+		r.commands = append(r.commands, commandRow{pr: in.pr, commentID: in.commentID})
 	}
 	if in.dequeue {
 		if err := r.leave(in.pr, "/baton dequeue by @"+in.user); err != nil {
