@@ -592,10 +592,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			// terminal back. Nobody renews the lease while baton is stopped;
 			// CMD does not run either.
 			st.suspend()
-			if s != syscall.SIGTTIN && s != syscall.SIGTTOU {
-				s = syscall.SIGTSTP
-			}
-			_ = syscall.Kill(0, s)
+			stopOwnJob(s)
 			// Once baton runs again (at once if the stop did not take: an
 			// orphaned process group ignores it, as it would Ctrl-Z).
 			resumeAfter = time.After(leaseResumeAfter)
