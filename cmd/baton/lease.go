@@ -299,7 +299,9 @@ pipeline), CMD has the terminal while baton is in its foreground: CMD can
 read from it (a prompt, an editor, a shell), and Ctrl-C, Ctrl-\ and Ctrl-Z
 go to CMD's group directly. Ctrl-Z (or CMD reading the terminal in the
 background) stops baton with CMD, and the shell takes the terminal back;
-nobody renews the lease meanwhile, and CMD does not run. On fg or bg, CMD
+nobody renews the lease meanwhile, and CMD does not run (what of its group
+ignores Ctrl-Z gets SIGSTOP when baton would have stopped CMD short of a
+renewal, and goes on with CMD). On fg or bg, CMD
 continues once the lease is surely still held, after a renewal if it may
 have expired; if the lease was lost, CMD never runs again (SIGTERM,
 SIGKILL after --grace) and baton exits 4. Elsewhere, CMD is not in the

@@ -388,6 +388,33 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 		}
 	}()
 	var lapseC <-chan time.Time
+	// While CMD is stopped (at a terminal: Ctrl-Z), baton is stopped too
+	// and renews nothing, and the deadline it gives is the lease's expiry:
+	// CMD does not run. A process of CMD's group that ignores or catches
+	// SIGTSTP does, though: at the deadline in force when CMD stopped (when
+	// baton would have stopped CMD, short of a renewal), the whole group
+	// gets SIGSTOP, which nothing ignores; continuing CMD continues it. Not
+	// at once: a process catching SIGTSTP (an editor) first puts the
+	// terminal back as it found it.
+	var (
+		deadline   int64 // the latest deadline baton gave; 0: none yet
+		cmdStopped bool  // CMD stopped, and baton has not continued it
+		pause      *time.Timer
+		pauseC     <-chan time.Time
+	)
+	setDeadline := func(d int64) {
+		deadline = d
+		if lapse != nil {
+			lapse.Stop()
+		}
+		lapse = time.NewTimer(time.Duration(d - leaseMonotonic()))
+		lapseC = lapse.C
+	}
+	defer func() {
+		if pause != nil {
+			pause.Stop()
+		}
+	}()
 	// Stops of CMD matter only at a terminal.
 	waitOpts := syscall.WNOHANG
 	if job != 0 {
@@ -438,6 +465,15 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 				if p, err := leaseTcgetpgrp(tty); err == nil && p == pgid {
 					_ = leaseTcsetpgrp(tty, job)
 				}
+				if cmdStopped {
+					break // stopped again before baton continued it (the pause)
+				}
+				cmdStopped = true
+				if pause != nil {
+					pause.Stop()
+				}
+				pause = time.NewTimer(time.Duration(max(deadline-leaseMonotonic(), 0)))
+				pauseC = pause.C
 				_, _ = toParent.Write([]byte{byte(ws.StopSignal())})
 			case !cmdDone:
 				status, cmdDone = ws, true
@@ -473,11 +509,12 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 			gone = nil
 			stop()
 		case d := <-deadlines:
-			if lapse != nil {
-				lapse.Stop()
+			setDeadline(d)
+		case <-pauseC:
+			pauseC = nil
+			if cmdStopped && !cmdDone {
+				_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 			}
-			lapse = time.NewTimer(time.Duration(d - leaseMonotonic()))
-			lapseC = lapse.C
 		case <-lapseC:
 			lapseC = nil
 			if !stopping {
@@ -486,6 +523,15 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 				leaseGuardSay(stderr, "baton: the lease was not renewed in time; stopping %s\n", argv[0])
 			}
 		case <-resume:
+			select {
+			case d := <-deadlines: // baton wrote it before: it is in force
+				setDeadline(d)
+			default:
+			}
+			cmdStopped, pauseC = false, nil
+			if pause != nil {
+				pause.Stop()
+			}
 			if !cmdDone && !stopping {
 				if ownsTerminal() {
 					_ = leaseTcsetpgrp(tty, pgid)

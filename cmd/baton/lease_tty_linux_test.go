@@ -348,3 +348,47 @@ func cliParent(t *testing.T, pid int) int {
 	}
 	return ppid
 }
+
+// Ctrl-Z stops CMD's leader, but a process of its group that ignores
+// SIGTSTP goes on: nothing stops it when baton is stopped with the job. So
+// that nothing of CMD runs once the lease may expire short of a renewal,
+// the guard stops the whole group (SIGSTOP) at the deadline baton would
+// have stopped CMD at, and continues it on fg once the lease was renewed.
+func TestLeaseRunSuspendedStopsTheGroup(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	marks := t.TempDir() + "/marks"
+	creds := []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin, "MARKS=" + marks}
+	// With --ttl 12s and --grace 2s, CMD is stopped 4s before the lease
+	// may expire when no renewal got through: 8s after the acquire.
+	term := cliStartTerminal(t, creds, `set -m
+"$BATON" lease run 'issue:octo/demo#67' --ttl 12s --grace 2s -- sh -c 'echo "pid $$"
+(trap "" TSTP; while :; do echo x >>"$MARKS"; sleep 0.05; done) &
+i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.1; i=$((i+1)); done; kill $!; echo finished'
+echo "suspended $?"; read go; fg; echo "status $?"`)
+	term.waitFor(t, "pid ")
+	started := time.Now() // after the acquire
+	term.waitFor(t, "tick 3")
+	term.send(t, "\x1a")
+	term.waitFor(t, "suspended 148")
+	marksNow := func() int {
+		b, _ := os.ReadFile(marks)
+		return strings.Count(string(b), "x")
+	}
+	if n := marksNow(); n == 0 {
+		t.Fatalf("the process ignoring SIGTSTP never ran; the terminal shows:\n%s", term.out)
+	}
+	time.Sleep(time.Until(started.Add(9 * time.Second)))
+	before := marksNow()
+	time.Sleep(time.Second) // the lease may expire 12s after the acquire
+	if after := marksNow(); after != before {
+		t.Errorf("a process of CMD's group ran past baton's deadline while baton was stopped (%d marks, then %d)", before, after)
+	}
+	term.send(t, "go\n")
+	term.waitFor(t, "status 0")
+	if !strings.Contains(term.out.String(), "finished") {
+		t.Errorf("the terminal shows:\n%s", term.out)
+	}
+	term.finish(t)
+}
