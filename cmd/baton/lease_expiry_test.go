@@ -189,8 +189,12 @@ func TestLeaseRunStopsCMDWhenBatonIsStopped(t *testing.T) {
 	env := newCLIEnv(t, cliEnvOptions{})
 	proxy := newCLILeaseProxy(t, env.URL)
 	const key, ttl = "issue:octo/demo#53", 3 * time.Second
+	// With --grace 200ms, the guard stops CMD 950ms before the lease may
+	// expire (leaseStopLead), and kills it 750ms before. (With a --grace
+	// of TTL/3, no time is left for the clocks: CMD's SIGKILL would be due
+	// when the lease may expire.)
 	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
-		"lease", "run", key, "--ttl", ttl.String(), "--grace", "1s", "--",
+		"lease", "run", key, "--ttl", ttl.String(), "--grace", "200ms", "--",
 		"sh", "-c", `trap '' TERM; echo "pid $$"; while :; do sleep 0.05; done`)
 	cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "pid ") })
 	pids := cliPIDs(t, p.stdout.String())
