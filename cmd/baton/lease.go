@@ -450,7 +450,8 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		"BATON_LEASE_OWNER="+o.owner,
 		"BATON_LEASE_TOKEN="+strconv.FormatInt(g.Token, 10),
 	)
-	child, err := startLeaseChild(argv, env, stdin, stdout, stderr, o.grace)
+	lead := leaseStopLead(o.ttl, o.grace)
+	child, err := startLeaseChild(argv, env, stdin, stdout, stderr, o.grace, g.ExpiresAt.Add(-lead))
 	if err != nil {
 		release()
 		return 1, fmt.Errorf("start %s: %w", argv[0], err)
@@ -472,9 +473,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	kick := make(chan struct{}, 1)    // the state changed: look again
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
-	lead := leaseStopLead(o.ttl, o.grace)
 	st := &leaseRunState{stopAt: g.ExpiresAt.Add(-lead), lead: lead, tell: child.deadline}
-	st.renewed(g.ExpiresAt.Add(-lead)) // the guard learns the first deadline
 	// Once CMD exited, a renewal in flight is cut short: the release
 	// follows at once.
 	renewCtx, cancelRenew := context.WithCancel(ctx)

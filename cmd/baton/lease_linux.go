@@ -44,8 +44,9 @@ func init() { register(newLeaseGuardCmd) }
 // gives it before killing the guard itself.
 const leaseGuardKillMargin = 5 * time.Second
 
-// startLeaseChild starts the guard, which starts CMD.
-func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration) (*leaseChild, error) {
+// startLeaseChild starts the guard, which starts CMD and stops it at
+// deadline unless told a later one.
+func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration, deadline time.Time) (*leaseChild, error) {
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return nil, err
 	}
@@ -74,6 +75,16 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 	if err != nil {
 		r.Close()
 		w.Close()
+		return nil, err
+	}
+	// The first deadline is in the pipe before the guard starts CMD: baton
+	// may be stopped (Ctrl-Z, SIGSTOP) from then on, before it can say
+	// more, and CMD must not run on unbounded then.
+	if _, err := w.Write(leaseDeadlineMsg(deadline)); err != nil {
+		r.Close()
+		w.Close()
+		sr.Close()
+		sw.Close()
 		return nil, err
 	}
 	guard := exec.Command(self, append([]string{leaseGuardCmd, grace.String(), strconv.Itoa(job), "--"}, argv...)...)
@@ -129,13 +140,7 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		stopped:   stopped,
 		resume:    func() { _, _ = w.Write([]byte{leaseGuardResume}) },
 		deadline: func(t time.Time) {
-			// On the clock both processes share; read before the time
-			// left, so that a pause between the two errs early.
-			now := leaseMonotonic()
-			msg := make([]byte, 9)
-			msg[0] = leaseGuardDeadline
-			binary.BigEndian.PutUint64(msg[1:], uint64(now+int64(time.Until(t))))
-			_, _ = w.Write(msg) // at most PIPE_BUF: never interleaved
+			_, _ = w.Write(leaseDeadlineMsg(t)) // at most PIPE_BUF: never interleaved
 		},
 		lapsed: func() bool {
 			<-heard
@@ -165,6 +170,17 @@ const (
 	// leaseGuardLapsed, to baton: the guard stopped CMD at the deadline.
 	leaseGuardLapsed = 'L'
 )
+
+// leaseDeadlineMsg is the leaseGuardDeadline message for t.
+func leaseDeadlineMsg(t time.Time) []byte {
+	// On the clock both processes share; read before the time left, so
+	// that a pause between the two errs early.
+	now := leaseMonotonic()
+	msg := make([]byte, 9)
+	msg[0] = leaseGuardDeadline
+	binary.BigEndian.PutUint64(msg[1:], uint64(now+int64(time.Until(t))))
+	return msg
+}
 
 // leaseMonotonic is CLOCK_MONOTONIC in nanoseconds: one clock for baton
 // and its guard.

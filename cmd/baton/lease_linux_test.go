@@ -90,3 +90,37 @@ func TestLeaseRunStopsWhatCMDStarted(t *testing.T) {
 		}
 	})
 }
+
+// The guard knows the first deadline before it starts CMD: baton may be
+// stopped (Ctrl-Z, SIGSTOP) right after starting it, before it can tell
+// it anything, and CMD must still be stopped then, not run unbounded
+// while nobody renews the lease.
+func TestLeaseGuardKnowsTheFirstDeadline(t *testing.T) {
+	t.Parallel()
+	var out cliLockedBuffer
+	deadline := time.Now().Add(time.Second)
+	child, err := startLeaseChild([]string{"sh", "-c", `trap "" TERM; echo "pid $$"; while :; do sleep 0.05; done`},
+		os.Environ(), nil, &out, &out, 500*time.Millisecond, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing more is said to the guard, as when baton is stopped.
+	exited := make(chan error, 1)
+	go func() { exited <- child.cmd.Wait() }()
+	t.Cleanup(func() {
+		child.kill()
+		child.close()
+	})
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		cliPIDs(t, out.String()) // killed after the failure
+		t.Fatalf("CMD still runs 9s after its deadline; it printed %q", out.String())
+	}
+	if since := time.Since(deadline); since < 0 {
+		t.Errorf("CMD was stopped %s before its deadline", -since)
+	}
+	if !child.lapsed() {
+		t.Errorf("the guard did not say it stopped CMD at the deadline; it printed %q", out.String())
+	}
+}

@@ -12,7 +12,7 @@ import (
 // startLeaseChild starts CMD in its own process group. Unlike on Linux
 // there is no guard: if baton dies of SIGKILL, CMD keeps running, and what
 // CMD leaves behind when it exits gets SIGTERM only.
-func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration) (*leaseChild, error) {
+func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration, _ time.Time) (*leaseChild, error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = stdin, stdout, stderr
 	child.Env = env
