@@ -159,6 +159,11 @@ const deadLetterCheckEvery = time.Second
 // nil when it has none, or when the queue cannot say at the moment (the
 // status is the store's and is answered without it; the lookup is logged).
 func (a *API) deadLetterOf(ctx context.Context, p *Principal, id string) *schema.DeadLetterInfo {
+	if a.deadLetters.Ready() != nil {
+		// The queue is away (an external NATS restarting): the status is
+		// answered from the store at once, not after a lookup's timeout.
+		return nil
+	}
 	dl, err := a.deadLetters.DeadLetterOf(ctx, id)
 	if err != nil {
 		if !errors.Is(err, queue.ErrDeadLetterNotFound) && ctx.Err() == nil {

@@ -874,6 +874,29 @@ func TestAPIDeadLettersQueueAway(t *testing.T) {
 	}
 }
 
+// With the queue away, the status of an unfinished operation is answered
+// from the store at once: no dead-letter lookup is tried (with an external
+// NATS restarting it would wait for its timeout on every request), and
+// nothing is logged for each request.
+func TestAPIStatusWhileTheQueueIsAway(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.InfoLevel)
+	env := newAPIEnv(t, func(o *apiEnvOptions) { o.logger = zap.New(core) })
+	v := env.submit(env.alice, "away", 10)
+	if err := env.broker.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		got, err := env.client(env.alice).Get(context.Background(), v.OperationID)
+		if err != nil || got.Status != schema.StatusQueued || got.DeadLetter != nil {
+			t.Fatalf("status with the queue away = %+v, %v", got, err)
+		}
+	}
+	if n := logs.FilterField(zap.String("event", "api_dead_letter_lookup_failed")).Len(); n != 0 {
+		t.Errorf("%d dead-letter lookups failed and were logged, want none tried", n)
+	}
+}
+
 // GET /v1/openapi.json takes no query parameters: a query string is 400,
 // as the description says, and the description itself is still served.
 func TestOpenAPIRefusesQuery(t *testing.T) {

@@ -170,7 +170,14 @@ const ReconcileSpacing = time.Minute
 // reserved then), or a function that gives the turn back (for a
 // reconcile that did not run).
 func (h *handler) takeTurn(r *http.Request, owner, repo string) (time.Duration, func()) {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	// The credential as authentication reads it: the scheme in any case,
+	// blanks around and between ignored, so that "bearer  T" is T's turn
+	// as much as "Bearer T" is.
+	cred := strings.Fields(r.Header.Get("Authorization"))
+	if len(cred) > 0 {
+		cred[0] = strings.ToLower(cred[0])
+	}
+	sum := sha256.Sum256([]byte(strings.Join(cred, " ")))
 	key := hex.EncodeToString(sum[:]) + " " + nameKey(owner, repo)
 	now := h.q.cfg.Clock.Now()
 	h.turnsMu.Lock()

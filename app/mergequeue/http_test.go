@@ -35,7 +35,9 @@ func authorizeBearer(r *http.Request, owner, repo string) error {
 // authorizeGoodPrefix allows every "Bearer good…" token, so that a test
 // can use many tokens (the reconcile spacing is per token).
 func authorizeGoodPrefix(r *http.Request, owner, repo string) error {
-	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer good") {
+	// As the API reads it: the scheme in any case, blanks aside.
+	f := strings.Fields(r.Header.Get("Authorization"))
+	if len(f) == 2 && strings.EqualFold(f[0], "Bearer") && strings.HasPrefix(f[1], "good") {
 		return nil
 	}
 	return schema.ErrUnauthorized
@@ -318,6 +320,19 @@ func TestHTTPReconcileSpacing(t *testing.T) {
 	}
 	if a := call(t, srv, "POST", path, "good"); errorCode(a) != "rate_limited" || !strings.Contains(a.raw, "retryAfter") {
 		t.Errorf("third reconcile at once: %d %s", a.status, a.raw)
+	}
+	// The same token spelled another way is the same token.
+	for _, auth := range []string{"bearer good", "BEARER good", "Bearer  good", " Bearer good "} {
+		req, _ := http.NewRequest("POST", srv.URL+path, nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("reconcile at once with Authorization %q: %d, want 429", auth, resp.StatusCode)
+		}
 	}
 	if a := call(t, srv, "POST", path, "good-2"); a.status != 200 {
 		t.Errorf("another token's reconcile: %d %s", a.status, a.raw)

@@ -333,7 +333,7 @@ Exit status:
   3            the lease is held by another (without --wait)
   4            the lease was lost while CMD ran (a renewal was refused, or
                none got through in time): CMD got SIGTERM, and SIGKILL
-               after --grace
+               after --grace; a lease still held then is released
   1, 2         an error, bad usage
 
 The owner defaults to USER@HOST:PID, unique to this run.`,
@@ -441,6 +441,16 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil {
+			fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
+		}
+	}
+	// releaseIfHeld releases a lease that may be lost already, saying
+	// nothing when it is, and waiting for a server that does not answer
+	// (the reason renewals failed, often) a few seconds only.
+	releaseIfHeld := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+		defer cancel()
+		if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil && client.CodeOf(err) != client.CodeLeaseLost {
 			fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
 		}
 	}
@@ -581,6 +591,10 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 				// The guard stopped CMD at the deadline baton had missed
 				// (stopped, say): the lease may be another's by now.
 				fmt.Fprintf(stderr, "baton: no renewal of lease %s succeeded in time; %s was stopped\n", key, argv[0])
+				// Give it back if it is still ours (a renewal may have got
+				// through at the last moment): release is fenced by the
+				// token, so a lease another holds since is left alone.
+				releaseIfHeld()
 				return exitLeaseLost, nil
 			}
 			release()
@@ -616,6 +630,10 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 				<-exited
 			}
 			<-renewDone
+			// A lease whose renewals did not get through in time may still
+			// be ours: give it back, so that the next holder need not wait
+			// for its expiry (fenced by the token: nothing if it is lost).
+			releaseIfHeld()
 			return exitLeaseLost, nil
 		}
 	}

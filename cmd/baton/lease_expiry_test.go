@@ -218,4 +218,8 @@ func TestLeaseRunStopsCMDWhenBatonIsStopped(t *testing.T) {
 	if code := p.wait(t, 30*time.Second); code != exitLeaseLost {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitLeaseLost, p.stderr)
 	}
+	// Still ours on the server (its clock has not moved): given back.
+	if st, err := env.coord.Check(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("lease after the exit = %+v, %v; want released", st, err)
+	}
 }
