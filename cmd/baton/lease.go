@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -728,7 +731,23 @@ func leaseServerAway(ctx context.Context, err error) bool {
 		return false
 	}
 	var ue *url.Error // the transport's: refused, reset, a timeout
-	return errors.As(err, &ue)
+	if !errors.As(err, &ue) {
+		return false
+	}
+	// What no wait mends is said at once: a name that does not resolve, a
+	// certificate refused, a URL the transport does not take.
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return false
+	}
+	var certInvalid x509.CertificateInvalidError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var certVerify *tls.CertificateVerificationError
+	if errors.As(err, &certInvalid) || errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &certVerify) {
+		return false
+	}
+	return !strings.Contains(ue.Err.Error(), "unsupported protocol scheme")
 }
 
 // leaseStopLead is how long before a lease may expire `lease run` stops

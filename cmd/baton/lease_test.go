@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/app/client"
 )
 
 func TestMain(m *testing.M) {
@@ -361,5 +367,44 @@ func TestLeaseOwnerSpaces(t *testing.T) {
 	// Spaces inside are the owner's own.
 	if r := env.as(t, env.alice, "lease", "acquire", key, "--owner", "nightly job"); r.code != 0 {
 		t.Errorf("lease acquire --owner 'nightly job': %+v", r)
+	}
+}
+
+// --wait waits for a server that does not answer for the moment (refused,
+// reset, 503), not for what no wait mends: a name that does not resolve, a
+// certificate the client refuses, a URL scheme it does not take. Those
+// fail at once instead of after a minute of retries.
+func TestLeaseServerAwayOrMisconfigured(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tlsSrv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(tlsSrv.Close)
+	get := func(u string) error {
+		t.Helper()
+		resp, err := http.Get(u) // the default client: it does not trust tlsSrv's certificate
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("GET %s answered", u)
+		}
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		away bool
+	}{
+		{"connection refused", get("http://127.0.0.1:1/"), true},
+		{"503", &client.Error{Status: http.StatusServiceUnavailable}, true},
+		{"404", &client.Error{Status: http.StatusNotFound}, false},
+		{"certificate not trusted", get(tlsSrv.URL), false},
+		{"scheme not taken", get("ftp://127.0.0.1/"), false},
+		{"name not found", &url.Error{Op: "Post", URL: "http://baton.invalid/", Err: &net.OpError{Op: "dial", Net: "tcp",
+			Err: &net.DNSError{Err: "no such host", Name: "baton.invalid", IsNotFound: true}}}, false},
+		{"name server away", &url.Error{Op: "Post", URL: "http://baton.example/", Err: &net.OpError{Op: "dial", Net: "tcp",
+			Err: &net.DNSError{Err: "i/o timeout", Name: "baton.example", IsTimeout: true}}}, true},
+	} {
+		if got := leaseServerAway(ctx, c.err); got != c.away {
+			t.Errorf("%s (%v): away %v, want %v", c.name, c.err, got, c.away)
+		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 // and if baton dies CMD keeps running. baton builds on Windows so that
 // its server and client run there; `lease run`'s guarantee that nothing
 // outlives the lease holds on Linux only.
-func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration) (*leaseChild, error) {
+func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration, _ time.Time) (*leaseChild, error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = stdin, stdout, stderr
 	child.Env = env
