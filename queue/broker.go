@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,11 @@ func (c *Config) fill() error {
 				// without authentication: anyone reaching the machine
 				// could read, take or delete the queue's messages.
 				errs = append(errs, fmt.Errorf("ListenAddr %q listens on every interface, and the embedded server has no authentication: give a loopback or private address (127.0.0.1:4222)", c.ListenAddr))
+			} else if ip == nil && strings.Trim(host, "0123456789.") == "" {
+				// "0", "127.1": not an address to Go, but the C resolver
+				// (inet_aton) reads them as 0.0.0.0 and 127.0.0.1, so what
+				// they listen on depends on how baton was built.
+				errs = append(errs, fmt.Errorf("ListenAddr %q: %q is not an IP address: give one in full (127.0.0.1:4222) or a host name", c.ListenAddr, host))
 			}
 		}
 	} else {

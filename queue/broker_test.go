@@ -24,6 +24,8 @@ func TestConfigValidation(t *testing.T) {
 		{"listen on every interface", Config{DataDir: "d", ListenAddr: "0.0.0.0:4222"}, "every interface"},
 		{"listen on every v6 interface", Config{DataDir: "d", ListenAddr: "[::]:4222"}, "every interface"},
 		{"listen on an empty host", Config{DataDir: "d", ListenAddr: ":4222"}, "every interface"},
+		{"listen on 0, every interface to the C resolver", Config{DataDir: "d", ListenAddr: "0:4222"}, "not an IP address"},
+		{"listen on a short address", Config{DataDir: "d", ListenAddr: "127.1:4222"}, "not an IP address"},
 		{"external with sync", Config{URL: "nats://x", SyncAlways: true}, "SyncAlways"},
 		{"short dedupe window", Config{DataDir: "d", DuplicateWindow: time.Minute}, "DuplicateWindow"},
 		{"cert without key", Config{URL: "nats://x", TLSCertFile: "c"}, "TLSKeyFile"},
