@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/go-github/v62/github"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
@@ -493,6 +494,50 @@ func (s *Server) github(ctx context.Context) error {
 	}
 	s.gh = gh
 	s.onStop(func(context.Context) error { gh.Close(); return nil })
+	if cfg.Dev {
+		return nil
+	}
+	return s.checkApp(ctx)
+}
+
+// appCheckTimeout bounds the start-up check of the App's credentials.
+const appCheckTimeout = 15 * time.Second
+
+// checkApp asks GitHub, as the App, who the App is (GET /app) before
+// anything runs as it. An answer that says the credentials or the URL are
+// wrong (401: another App's ID or key, or a clock far off; 404 or a body
+// that is not an App: not a GitHub REST API) refuses the start: every
+// call would fail the same way, while /readyz said ready. GitHub not
+// answering (unreachable, 5xx, limited) does not: operations wait in the
+// queue until it is back, and that is logged once here.
+func (s *Server) checkApp(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, appCheckTimeout)
+	defer cancel()
+	base := s.gh.App().BaseURL.String()
+	a, resp, err := s.gh.App().Apps.Get(cctx, "")
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	var ghErr *github.ErrorResponse
+	msg := ""
+	if errors.As(err, &ghErr) {
+		msg = ghErr.Message
+	}
+	switch {
+	case err == nil && a.GetID() != 0 && a.GetID() != s.cfg.AppID:
+		return fmt.Errorf("GitHub at %s answers as App %d, not App %d: check --app-id and --private-key", base, a.GetID(), s.cfg.AppID)
+	case err == nil && a.GetID() != 0:
+		return nil
+	case status == http.StatusUnauthorized:
+		return fmt.Errorf("GitHub at %s refused the credentials of App %d (401 %s): check --app-id, --private-key and this machine's clock",
+			base, s.cfg.AppID, msg)
+	case status == http.StatusNotFound || (status >= 200 && status < 300):
+		return fmt.Errorf("%s does not answer GET /app as a GitHub REST API (HTTP %d): check --github-url (GitHub Enterprise Server: https://HOST/api/v3/)",
+			base, status)
+	}
+	s.log.Warn("could not check the App's credentials with GitHub; starting anyway, operations wait until GitHub answers",
+		zap.String("event", "github_check_failed"), zap.String("github", base), zap.Int("status", status), zap.Error(err))
 	return nil
 }
 

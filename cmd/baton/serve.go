@@ -66,7 +66,10 @@ Data (the SQLite database, the JetStream store, the App's credentials) lives
 in --data; one server at a time serves a data directory (a second is refused,
 naming the first's process). Without App credentials (flags, or stored by the setup flow) baton
 serves the setup page at /setup and runs no operations until it is restarted
-as the App.
+as the App. At start baton asks GitHub who the App is (GET /app): credentials
+GitHub refuses (another App's ID or key) or a --github-url that is not a
+GitHub REST API stop it with a message saying which; GitHub not answering
+does not (operations wait in the queue).
 
 --dev runs a GitHub simulator in this process instead of GitHub, seeded with
 installation 1 and repository octo/demo (pull requests #1–#3, issues

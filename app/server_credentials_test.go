@@ -1,0 +1,74 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/baton-dev/baton/app/ghsim"
+)
+
+// Credentials GitHub refuses, or a URL that is not GitHub's API, stop the
+// start with a message that says which, before baton serves and reports
+// itself ready; it leaves the data directory free. GitHub not answering at
+// all does not stop the start: operations wait in the queue for it.
+func TestServerStartChecksAppCredentials(t *testing.T) {
+	t.Parallel()
+	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	good := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(), WebhookSecret: sim.WebhookSecret()}
+	for name, tc := range map[string]struct {
+		change func(*Config)
+		want   []string
+	}{
+		"another app's id":  {func(c *Config) { c.AppID = sim.AppID() + 41 }, []string{"refused the credentials", "401"}},
+		"another app's key": {func(c *Config) { c.PrivateKey = otherKey }, []string{"refused the credentials", "401"}},
+		"not a github api":  {func(c *Config) { c.GitHubURL = sim.URL() + "/not/github/" }, []string{"GitHub REST API", "404", "--github-url"}},
+	} {
+		cfg := good
+		tc.change(&cfg)
+		cfg.DataDir, cfg.Listen = t.TempDir(), "127.0.0.1:0"
+		srv, err := NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = srv.Start(context.Background())
+		if err == nil {
+			_ = srv.Stop(context.Background())
+			t.Errorf("%s: the server started", name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "PRIVATE KEY") || strings.Contains(err.Error(), sim.WebhookSecret()) {
+			t.Errorf("%s: the error shows a secret: %q", name, err)
+		}
+		// Everything it opened was closed: the directory serves again.
+		again := good
+		again.DataDir = cfg.DataDir
+		startServer(t, again)
+	}
+
+	// GitHub unreachable: the server starts (and says so in its log).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String()
+	l.Close()
+	cfg := good
+	cfg.GitHubURL = down
+	startServer(t, cfg)
+}
