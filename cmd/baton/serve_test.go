@@ -1,6 +1,12 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +303,63 @@ func TestServePreviousWebhookSecretFile(t *testing.T) {
 		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--previous-webhook-secret") {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// Credential files that cannot be the App's are refused as usage errors
+// naming the flag and the file (config's errors exit 2), before anything
+// is opened: a private key
+// that is not PEM or not RSA, a webhook secret file that is empty.
+func TestServeCredentialFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ec, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecDER, err := x509.MarshalECPrivateKey(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := write("app.pem", pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(rsaKey)}))
+	notPEM := write("not.pem", []byte("garbage\n"))
+	ecPEM := write("ec.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: ecDER}))
+	secret := write("secret", []byte("s3cret\n"))
+	empty := write("empty", []byte(" \n"))
+	data := filepath.Join(dir, "data")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--private-key", notPEM, "--webhook-secret-file", secret}, "--private-key " + notPEM + ": not a PEM file"},
+		{[]string{"--private-key", ecPEM, "--webhook-secret-file", secret}, "--private-key " + ecPEM + ": not an RSA private key"},
+		{[]string{"--private-key", good, "--webhook-secret-file", empty}, "--webhook-secret-file " + empty + " is empty"},
+		{[]string{"--private-key", good, "--previous-webhook-secret-file", empty, "--webhook-secret-file", secret}, "--previous-webhook-secret-file " + empty + " is empty"},
+	} {
+		args := append([]string{"--app-id", "5", "--data", data, "--listen", "127.0.0.1:0", "--github-url", "http://127.0.0.1:1/"}, tc.args...)
+		o := &serveOptions{}
+		if err := serveCmd(o).Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	o := &serveOptions{}
+	if err := serveCmd(o).Flags().Parse([]string{"--app-id", "5", "--private-key", good, "--webhook-secret-file", secret}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := o.config(); err != nil || cfg.WebhookSecret != "s3cret" {
+		t.Errorf("good credentials: %q, %v", cfg.WebhookSecret, err)
 	}
 }
