@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -165,23 +167,59 @@ func envFlags(fs *pflag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
+// envNames maps each flag that BATON_<NAME> will set (not given on the
+// command line) to that variable's name.
+func envNames(fs *pflag.FlagSet) map[string]string {
+	names := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := "BATON_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if _, ok := os.LookupEnv(name); ok && !f.Changed {
+			names[f.Name] = name
+		}
+	})
+	return names
+}
+
+// flagRef matches a flag's name in a message.
+var flagRef = regexp.MustCompile(`--[a-z][a-z0-9-]*`)
+
+// envUsage is cliUsage(err), naming the variable that set each flag err
+// names when the value came from the environment: the operator looks for
+// it there, not on the command line.
+func envUsage(err error, env map[string]string) error {
+	var from []string
+	seen := map[string]bool{}
+	for _, ref := range flagRef.FindAllString(err.Error(), -1) {
+		name := strings.TrimPrefix(ref, "--")
+		if v, ok := env[name]; ok && !seen[name] {
+			seen[name] = true
+			from = append(from, ref+" from "+v)
+		}
+	}
+	if len(from) > 0 {
+		err = fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
+	}
+	return cliUsage(err)
+}
+
 func runServe(cmd *cobra.Command, o *serveOptions) error {
+	env := envNames(cmd.Flags())
 	if err := envFlags(cmd.Flags()); err != nil {
 		return cliUsage(err)
 	}
 	cfg, err := o.config()
 	if err != nil {
-		return cliUsage(err)
+		return envUsage(err, env)
 	}
 	log, err := newLogger(o)
 	if err != nil {
-		return cliUsage(err)
+		return envUsage(err, env)
 	}
 	defer log.Sync() //nolint:errcheck // stderr
 	cfg.Logger = log
 	srv, err := app.NewServer(cfg)
 	if err != nil {
-		return cliUsage(err)
+		return envUsage(err, env)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -249,6 +287,9 @@ func (o *serveOptions) config() (app.Config, error) {
 		return cfg, fmt.Errorf("--shutdown-timeout must be positive, not %v", o.shutdownTimeout)
 	case o.reconcileInterval <= 0 || o.reconcileMinAge <= 0:
 		return cfg, errors.New("--reconcile-interval and --reconcile-min-age must be positive")
+	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return cfg, fmt.Errorf("--listen must be HOST:PORT, not %q", o.listen)
 	}
 	for _, u := range []struct{ flag, value string }{
 		{"--github-url", o.githubURL}, {"--github-web-url", o.githubWebURL}, {"--public-url", o.publicURL},

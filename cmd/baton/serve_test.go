@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -361,5 +362,36 @@ func TestServeCredentialFileErrors(t *testing.T) {
 	}
 	if cfg, err := o.config(); err != nil || cfg.WebhookSecret != "s3cret" {
 		t.Errorf("good credentials: %q, %v", cfg.WebhookSecret, err)
+	}
+}
+
+// A bad value that came from a BATON_ variable is reported naming the
+// variable beside the flag: the operator looks for it in the environment,
+// not on the command line.
+func TestServeUsageErrorNamesVariable(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("BATON_LEASE_TTL", "2s")
+	t.Setenv("BATON_LISTEN", "nowhere")
+	t.Setenv("BATON_RECONCILE_MIN_AGE", "-1s")
+	for _, tc := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"--data", dir}, "--lease-ttl from BATON_LEASE_TTL", ""},
+		{[]string{"--data", dir, "--lease-ttl", "30s", "--reconcile-min-age", "1m"}, "--listen from BATON_LISTEN", "BATON_LEASE_TTL"},
+		{[]string{"--data", dir, "--lease-ttl", "30s", "--listen", "127.0.0.1:0"}, "--reconcile-min-age from BATON_RECONCILE_MIN_AGE", "BATON_LISTEN"},
+		{[]string{"--data", dir, "--lease-ttl", "1s", "--listen", "127.0.0.1:0"}, "--lease-ttl must be", "BATON_LEASE_TTL"},
+	} {
+		o := &serveOptions{}
+		cmd := serveCmd(o)
+		if err := cmd.Flags().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := runServe(cmd, o)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) ||
+			(tc.not != "" && strings.Contains(err.Error(), tc.not)) {
+			t.Errorf("%v: %v, want exit 2 saying %q", tc.args, err, tc.want)
+		}
 	}
 }
