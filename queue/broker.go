@@ -191,6 +191,32 @@ type Broker struct {
 	children []stopper // consumers and reconcilers, stopped before the connection
 
 	sess atomic.Pointer[session] // set while running
+
+	// publishFailing is the failure of the last publish of an operation
+	// (a dispatch, a nudge, a republish), nil once one succeeds: Ready
+	// reports it.
+	publishFailing atomic.Pointer[publishFailure]
+}
+
+// publishFailure is a publish that JetStream did not acknowledge.
+type publishFailure struct {
+	since time.Time
+	err   error
+}
+
+// notePublish records a publish's outcome for Ready. A publish its caller
+// gave up on (a cancelled context: a client gone, a shutdown) says nothing
+// of the queue; one whose deadline passed unacknowledged does.
+func (b *Broker) notePublish(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		b.publishFailing.Store(nil)
+	case errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled):
+	default:
+		if b.publishFailing.Load() == nil {
+			b.publishFailing.CompareAndSwap(nil, &publishFailure{since: time.Now(), err: err})
+		}
+	}
 }
 
 // session is what a running Broker holds: set once by Start.
@@ -361,6 +387,10 @@ func (b *Broker) Ready() error {
 	}
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("queue: NATS connection %s", st)
+	}
+	if f := b.publishFailing.Load(); f != nil {
+		return fmt.Errorf("queue: publishes fail since %s (%v); the operations wait in the store and are published again once one succeeds",
+			f.since.UTC().Format(time.RFC3339), f.err)
 	}
 	return nil
 }

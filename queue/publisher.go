@@ -49,6 +49,7 @@ func (b *Broker) Dispatch(ctx context.Context, operationID string) error {
 	}
 	m := operationMsg(operationID, operationID)
 	ack, err := s.js.PublishMsg(ctx, m)
+	b.notePublish(ctx, err)
 	if err != nil {
 		b.counters.dispatchErrors.Add(1)
 		return fmt.Errorf("queue: dispatch %s: %w", operationID, err)
@@ -130,7 +131,9 @@ func (b *Broker) Nudge(ctx context.Context, operationID string) error {
 		return err
 	}
 	msgID := operationID + "/nudge/" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if _, err := s.js.PublishMsg(ctx, operationMsg(operationID, msgID)); err != nil {
+	_, err = s.js.PublishMsg(ctx, operationMsg(operationID, msgID))
+	b.notePublish(ctx, err)
+	if err != nil {
 		return fmt.Errorf("queue: nudge %s: %w", operationID, err)
 	}
 	return nil

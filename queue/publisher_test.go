@@ -3,8 +3,11 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The same operation dispatched twice inside the dedupe window is one
@@ -38,5 +41,58 @@ func TestDispatchRejectsBadIDs(t *testing.T) {
 		if err := b.Dispatch(context.Background(), id); !errors.Is(err, ErrInvalidOperationID) {
 			t.Errorf("Dispatch(%q) = %v, want ErrInvalidOperationID", id, err)
 		}
+	}
+}
+
+// Ready reports publishes JetStream refuses (here a stream full by its
+// limits, as a store that cannot write is), while the connection is up,
+// and is ready again once a publish is stored. A publish its caller gave
+// up on says nothing of the queue.
+func TestReadyReportsFailingPublishes(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "")
+	s := b.sess.Load()
+	ctx := context.Background()
+	dispatch(t, b, "op-a")
+	if err := b.Ready(); err != nil {
+		t.Fatalf("ready at start: %v", err)
+	}
+	limit := func(max int64) {
+		info, err := s.ops.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := info.Config
+		cfg.MaxMsgs, cfg.Discard = max, jetstream.DiscardNew
+		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit(1)
+	if err := b.Dispatch(ctx, "op-b"); err == nil {
+		t.Fatal("a dispatch into a full stream succeeded")
+	}
+	err := b.Ready()
+	if err == nil || !strings.Contains(err.Error(), "publishes fail") {
+		t.Errorf("ready while publishes fail: %v", err)
+	}
+	limit(-1)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.Dispatch(cancelled, "op-c"); err == nil {
+		t.Fatal("a dispatch with a cancelled context succeeded")
+	}
+	if err := b.Ready(); err == nil {
+		t.Error("a cancelled dispatch cleared the failure")
+	}
+	dispatch(t, b, "op-b")
+	if err := b.Ready(); err != nil {
+		t.Errorf("ready once a publish is stored: %v", err)
+	}
+	if err := b.Dispatch(cancelled, "op-d"); err == nil {
+		t.Fatal("a dispatch with a cancelled context succeeded")
+	}
+	if err := b.Ready(); err != nil {
+		t.Errorf("a cancelled dispatch made the queue unready: %v", err)
 	}
 }

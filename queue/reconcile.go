@@ -237,6 +237,7 @@ func (r *Reconciler) pass(ctx context.Context, s *session) (ReconcileReport, err
 				msgs[i] = operationMsg(id, reconcileMsgID(id, now))
 			}
 			for i, err := range s.publishAll(ctx, msgs) {
+				r.b.notePublish(ctx, err)
 				if err != nil {
 					rep.Errors++
 					m.recErrors.Add(1)
