@@ -536,6 +536,9 @@ func (s *Server) checkApp(ctx context.Context) error {
 		return fmt.Errorf("%s does not answer GET /app as a GitHub REST API (HTTP %d): check --github-url (GitHub Enterprise Server: https://HOST/api/v3/)",
 			base, status)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err() // the start was called off (a signal)
+	}
 	s.log.Warn("could not check the App's credentials with GitHub; starting anyway, operations wait until GitHub answers",
 		zap.String("event", "github_check_failed"), zap.String("github", base), zap.Int("status", status), zap.Error(err))
 	return nil

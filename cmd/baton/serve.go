@@ -101,7 +101,8 @@ SIGINT or SIGTERM stop baton gracefully: no new requests, calls to GitHub in
 flight finish, operations waiting (a backoff, a pace) go back to the queue at
 once, anything still running at --shutdown-timeout goes back too (leases
 released; a call to GitHub still in flight is cut short, and its operation
-checks GitHub first when it runs again), then exit 0.`,
+checks GitHub first when it runs again), then exit 0. A signal while baton
+is still starting stops the start, with exit 0 too.`,
 		Example: `  baton serve --dev
   baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
   baton serve --app-id 12345 --private-key app.pem --webhook-secret-file secret.txt
@@ -224,6 +225,12 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := srv.Start(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// SIGINT or SIGTERM while starting (GitHub slow to answer,
+			// a queue slow to come up): a stop asked for, not a failure.
+			log.Info("stopped while starting", zap.String("event", "shutdown"))
+			return nil
+		}
 		return fmt.Errorf("start: %w", err)
 	}
 	if cfg.Dev {

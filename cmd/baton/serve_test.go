@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -11,12 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/baton-dev/baton/app/ghsim"
 )
 
 // Every serve flag reads BATON_<FLAG>, and deploy/ENVIRONMENT.md lists
@@ -393,5 +398,55 @@ func TestServeUsageErrorNamesVariable(t *testing.T) {
 			(tc.not != "" && strings.Contains(err.Error(), tc.not)) {
 			t.Errorf("%v: %v, want exit 2 saying %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// SIGTERM while the server is starting (here GitHub slow to answer the
+// start's check of the App) stops it at once, with exit 0: a stop asked
+// for, not a failed start.
+func TestServeSignalWhileStarting(t *testing.T) {
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	if _, err := sim.SetFault(ghsim.Fault{Route: "GET /app", Kind: ghsim.FaultLatency, Latency: time.Minute, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	key := filepath.Join(dir, "app.pem")
+	if err := os.WriteFile(key, sim.PrivateKeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"serve", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0",
+			"--github-url", sim.URL(), "--app-id", strconv.FormatInt(sim.AppID(), 10), "--private-key", key,
+			"--webhook-secret", sim.WebhookSecret(), "--log-level", "error"})
+	}()
+	// The check is in flight once the fault has fired; the signal handler
+	// is installed before the start begins.
+	for deadline := time.Now().Add(20 * time.Second); len(sim.Faults()) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not ask GitHub for the App")
+		}
+	}
+	start := time.Now()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit %d after SIGTERM while starting, want 0", c)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("stopped %s after SIGTERM", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop after SIGTERM")
 	}
 }
