@@ -260,9 +260,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The store.
-	s.db, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, DatabaseFile), sqlite.Options{Synchronous: cfg.Synchronous, Logger: s.log})
+	dbPath := filepath.Join(cfg.DataDir, DatabaseFile)
+	s.db, err = sqlite.Open(ctx, dbPath, sqlite.Options{Synchronous: cfg.Synchronous, Logger: s.log})
 	if err != nil {
-		return err
+		// Name the file: "file is not a database" or "schema version
+		// newer" is about this one, which the operator may restore.
+		return fmt.Errorf("database %s: %w", dbPath, err)
 	}
 	s.onStop(func(context.Context) error { return s.db.Close() })
 	s.coord, err = coordinator.New(coordinator.Config{DB: s.db, Logger: s.log, Registerer: s.reg})

@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,4 +73,31 @@ func TestServerStartChecksAppCredentials(t *testing.T) {
 	cfg := good
 	cfg.GitHubURL = down
 	startServer(t, cfg)
+}
+
+// A database file that is not one (overwritten, a wrong restore) stops
+// the start with an error naming the file, and leaves it as it was.
+func TestServerStartNamesCorruptDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, DatabaseFile)
+	garbage := []byte(strings.Repeat("not a database ", 2000))
+	if err := os.WriteFile(db, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(Config{DataDir: dir, Listen: "127.0.0.1:0", PublicURL: "https://baton.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = srv.Start(context.Background())
+	if err == nil {
+		_ = srv.Stop(context.Background())
+		t.Fatal("the server started on a file that is not a database")
+	}
+	if !strings.Contains(err.Error(), db) || !strings.Contains(err.Error(), "not a database") {
+		t.Errorf("error %q does not name %s as not a database", err, db)
+	}
+	if b, err := os.ReadFile(db); err != nil || string(b) != string(garbage) {
+		t.Errorf("the file was changed: %v", err)
+	}
 }
