@@ -91,6 +91,11 @@ type InstallationsConfig struct {
 	// ResyncInterval is how often the registry is resynced from GitHub
 	// (also once at Start). Defaults to 1h.
 	ResyncInterval time.Duration
+	// ResyncRetry is the wait after a resync failed (GitHub unreachable
+	// at start), doubling after each failure up to ResyncInterval: a
+	// registry left empty by a first start without GitHub would refuse
+	// every submission until the next interval. Defaults to 30s.
+	ResyncRetry time.Duration
 	// CallTimeout bounds each of the registry's calls to GitHub. Some are
 	// made under the registry's lock, which every installation event
 	// waits for: a connection that stalls must not hold them all.
@@ -141,6 +146,7 @@ var _ EventHandler = (*Installations)(nil)
 // NewInstallations validates cfg and returns the registry.
 func NewInstallations(cfg InstallationsConfig) (*Installations, error) {
 	cfg.ResyncInterval = cmp.Or(cfg.ResyncInterval, time.Hour)
+	cfg.ResyncRetry = cmp.Or(cfg.ResyncRetry, 30*time.Second)
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 30*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -158,6 +164,9 @@ func NewInstallations(cfg InstallationsConfig) (*Installations, error) {
 	if cfg.ResyncInterval <= 0 {
 		errs = append(errs, fmt.Errorf("want a positive ResyncInterval, not %s", cfg.ResyncInterval))
 	}
+	if cfg.ResyncRetry <= 0 {
+		errs = append(errs, fmt.Errorf("want a positive ResyncRetry, not %s", cfg.ResyncRetry))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("app: invalid installations config: %w", errors.Join(errs...))
 	}
@@ -165,7 +174,8 @@ func NewInstallations(cfg InstallationsConfig) (*Installations, error) {
 }
 
 // Start starts the resync loop (a first resync now, then every
-// ResyncInterval) and returns at once; without an App client it does
+// ResyncInterval; after a failure, ResyncRetry later, doubling) and
+// returns at once; without an App client it does
 // nothing.
 func (in *Installations) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -185,14 +195,21 @@ func (in *Installations) Start(ctx context.Context) error {
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
-		t := time.NewTicker(in.cfg.ResyncInterval)
-		defer t.Stop()
+		retry := in.cfg.ResyncRetry
 		for {
+			wait := in.cfg.ResyncInterval
 			if err := in.Resync(runCtx); err != nil && runCtx.Err() == nil {
-				in.log.Warn("resync from GitHub failed; the next one is in an interval", zap.String(logKeyEvent, "installations.resync_failed"), zap.Error(err))
+				wait = min(retry, in.cfg.ResyncInterval)
+				retry = min(2*retry, in.cfg.ResyncInterval)
+				in.log.Warn("resync from GitHub failed; trying again", zap.String(logKeyEvent, "installations.resync_failed"),
+					zap.Duration("retryIn", wait), zap.Error(err))
+			} else {
+				retry = in.cfg.ResyncRetry
 			}
+			t := time.NewTimer(wait)
 			select {
 			case <-runCtx.Done():
+				t.Stop()
 				return
 			case <-t.C:
 			}

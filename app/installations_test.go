@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
 
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
@@ -293,6 +296,36 @@ func TestInstallationsStartStop(t *testing.T) {
 	}
 	if _, err := NewInstallations(InstallationsConfig{DB: e.db, App: e.clients.App()}); err == nil {
 		t.Error("App without Installation accepted")
+	}
+}
+
+// A resync that fails (GitHub unreachable at start) is tried again soon,
+// not an interval later: a registry left empty would refuse every
+// submission ("baton is not installed on ...") for an hour.
+func TestInstallationsResyncRetriesAfterFailure(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{noDispatcher: true})
+	ctx := hookCtx(t)
+	if _, err := e.sim.SetFault(ghsim.Fault{Route: "GET /app/installations", Kind: ghsim.FaultStatus, Status: 502, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := NewInstallations(InstallationsConfig{DB: e.db, App: e.clients.App(), Installation: e.clients.Installation,
+		ResyncRetry: 50 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop(ctx) //nolint:errcheck
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hookEventually(t, wctx, "a resync after two failed ones", func() bool {
+		id, err := in.InstallationOf(ctx, "octo", "demo")
+		return err == nil && id == ghsim.DemoInstallationID
+	})
+	if n := len(e.sim.Faults()); n != 0 {
+		t.Errorf("%d faults left: the failed resyncs were not tried again", n)
 	}
 }
 
