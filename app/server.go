@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-github/v62/github"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
@@ -291,7 +292,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if err := s.broker.Start(ctx); err != nil {
-		return err
+		return s.queueStartErr(err)
 	}
 	s.onStop(s.broker.Stop)
 	s.reg.MustRegister(newQueueCollector(s.broker))
@@ -421,7 +422,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			return err
 		}
 		if err := s.consumer.Start(ctx); err != nil {
-			return err
+			return s.queueStartErr(err)
 		}
 		s.onStop(s.consumer.Stop)
 	}
@@ -545,6 +546,19 @@ func (s *Server) checkApp(ctx context.Context) error {
 	s.log.Warn("could not check the App's credentials with GitHub; starting anyway, operations wait until GitHub answers",
 		zap.String("event", "github_check_failed"), zap.String("github", base), zap.Int("status", status), zap.Error(err))
 	return nil
+}
+
+// queueStartErr adds to an error of JetStream's while the queue starts
+// on the embedded server (a stream or consumer it cannot load: files
+// damaged) what the operator can do: nothing in that store is the only
+// copy of an operation, which the database holds.
+func (s *Server) queueStartErr(err error) error {
+	var apiErr *jetstream.APIError
+	if s.cfg.Queue.URL != "" || !errors.As(err, &apiErr) {
+		return err
+	}
+	return fmt.Errorf("%w: the embedded JetStream store %s may be damaged; with baton stopped, move it aside and start again "+
+		"(the database holds every operation: unfinished ones are published again; see deploy/README.md, \"When the data directory is damaged\")", err, queue.StoreDir(s.cfg.DataDir))
 }
 
 // QueueHandler is the queue's handler that runs operations on exec:

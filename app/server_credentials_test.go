@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/queue"
 )
 
 // Credentials GitHub refuses, or a URL that is not GitHub's API, stop the
@@ -100,4 +101,46 @@ func TestServerStartNamesCorruptDatabase(t *testing.T) {
 	if b, err := os.ReadFile(db); err != nil || string(b) != string(garbage) {
 		t.Errorf("the file was changed: %v", err)
 	}
+}
+
+// An embedded JetStream store that cannot be loaded (a consumer's state
+// file damaged) stops the start with an error naming the store and what
+// to do; moved aside, the server starts again on the same database.
+func TestServerStartNamesDamagedQueueStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"}
+	first, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	state, err := filepath.Glob(filepath.Join(queue.StoreDir(dir), "jetstream", "*", "streams", queue.StreamOperations, "obs", "*", "o.dat"))
+	if err != nil || len(state) != 1 {
+		t.Fatalf("consumer state files: %v %v", state, err)
+	}
+	if err := os.WriteFile(state[0], []byte(strings.Repeat("\xff damaged ", 30)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Start(context.Background())
+	if err == nil {
+		_ = second.Stop(context.Background())
+		t.Fatal("the server started on a damaged queue store")
+	}
+	if !strings.Contains(err.Error(), queue.StoreDir(dir)) || !strings.Contains(err.Error(), "move it aside") {
+		t.Errorf("error %q does not say what to do", err)
+	}
+	if err := os.Rename(queue.StoreDir(dir), queue.StoreDir(dir)+".damaged"); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, cfg)
 }
