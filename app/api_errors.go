@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -29,7 +30,7 @@ type APIError struct {
 
 // apiStatusError answers err's code with a status other than the table's:
 // 405 (method not allowed, code invalid_request) and 503 (the queue not
-// reachable, code internal).
+// reachable, the store unable to write: code internal).
 type apiStatusError struct {
 	status int
 	err    *schema.Error
@@ -50,6 +51,13 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &mbe) {
 		err = a.tooLarge()
 	}
+	if schema.ErrorCode(err) == schema.CodeInternal && sqlite.IsStorageError(err) {
+		// The store cannot keep writes (a full disk): the same request
+		// succeeds once there is room.
+		a.log.Warn("write refused: the store cannot write", zap.String("event", "api_storage_unavailable"),
+			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
+		err = errStoreUnavailable
+	}
 	code := schema.ErrorCode(err)
 	status, ok := schema.HTTPStatus(code)
 	if !ok {
@@ -60,9 +68,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = se.status
 	}
 	if se != nil && code == schema.CodeInternal && status == http.StatusServiceUnavailable {
-		// A dependency is away for a while (errQueueUnavailable, the only
-		// internal error answered 503). Its message is baton's own words,
-		// never a cause's.
+		// A dependency is away for a while (errQueueUnavailable,
+		// errStoreUnavailable: the only internal errors answered 503).
+		// Its message is baton's own words, never a cause's.
 		w.Header().Set("Retry-After", "5")
 		a.writeErrorBody(w, status, code, se.err.Message, nil)
 		return
@@ -78,6 +86,12 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	a.writeErrorBody(w, status, code, schema.PublicMessage(err), schema.ErrorDetails(err))
 }
+
+// errStoreUnavailable answers a request whose write the store could not
+// keep for want of storage: 503 with Retry-After, not a bare 500, so
+// clients know to try again (a submission with the same idempotency key).
+var errStoreUnavailable = &apiStatusError{status: http.StatusServiceUnavailable,
+	err: schema.Errorf(schema.CodeInternal, "baton cannot store writes at the moment (its storage is full or failing); try again later")}
 
 func (a *API) writeErrorBody(w http.ResponseWriter, status int, code schema.Code, msg string, details map[string]any) {
 	body, err := json.Marshal(APIErrorBody{APIError{Code: code, Message: msg, Details: details}})

@@ -441,6 +441,11 @@ func (db *DB) commit(batch []*request) {
 	}
 }
 
+// IsStorageError reports whether err is SQLite failing to store (a full
+// disk, an I/O error, a read-only file): the caller did nothing wrong, and
+// the same write may succeed once the storage is back.
+func IsStorageError(err error) bool { return storageError(err) }
+
 // storageError reports whether err is SQLite failing to store: a full disk
 // (or database), an I/O error, a read-only or unopenable file, corruption.
 func storageError(err error) bool {

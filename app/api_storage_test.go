@@ -1,0 +1,54 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/sqlite"
+)
+
+// A submission the store cannot keep for want of storage (here a database
+// capped at its size, as a full disk does) is answered 503 with
+// Retry-After and baton's own words, not a bare 500: the client did
+// nothing wrong and the same request succeeds once there is room.
+func TestAPIStoreFullIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	ctx := context.Background()
+	var pages int
+	if err := srv.db.QueryRow(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.db.Write(ctx, func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+1))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"idempotencyKey": "full-1", "action": "github.issues.comment",
+		"resource": map[string]string{"type": "issue", "id": "octo/demo#10"},
+		"payload":  map[string]string{"body": strings.Repeat("x", 60000)}})
+	req, _ := http.NewRequest("POST", srv.URL()+"/v1/operations", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var got APIErrorBody
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		got.Error.Code != "internal" || !strings.Contains(got.Error.Message, "cannot store") || strings.Contains(string(b), "sqlite") {
+		t.Errorf("submission into a full store: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+}
