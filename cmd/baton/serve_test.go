@@ -435,7 +435,11 @@ func TestServeSignalWhileStarting(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := self.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
