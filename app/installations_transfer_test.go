@@ -13,13 +13,7 @@ func TestInstallationsFollowATransferredRepository(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, hookEnvOptions{})
 	ctx := hookCtx(t)
-	if err := e.sim.AddInstallation(2, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	if err := e.inst.Resync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.addAcme(t, ctx)
 	post := repositoryEvents(t, ctx, e, "octo", "demo")
 	post("t-1", "created", "octo/before", 9101, 1, nil)
 	post("t-1b", "renamed", "octo/moving", 9101, 1, renamedFrom("before"))
@@ -75,19 +69,8 @@ func TestInstallationsLateTransferKeepsTheRepository(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, hookEnvOptions{})
 	ctx := hookCtx(t)
-	if err := e.sim.AddInstallation(2, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	if err := e.inst.Resync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var demoID int64
-	for _, r := range e.sim.Repos() {
-		if r.FullName == "octo/demo" {
-			demoID = r.ID
-		}
-	}
+	e.addAcme(t, ctx)
+	demoID := e.simRepoID(t, "octo/demo")
 	post := repositoryEvents(t, ctx, e, "octo", "demo")
 	for i, installation := range []int64{77, 2} {
 		id := "late-transfer-" + string(rune('a'+i))
@@ -109,13 +92,7 @@ func TestInstallationsLateTransferKeepsFormerNames(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, hookEnvOptions{})
 	ctx := hookCtx(t)
-	if err := e.sim.AddInstallation(2, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	if err := e.inst.Resync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.addAcme(t, ctx)
 	if err := e.sim.RenameRepo("octo", "demo", "renamed", ""); err != nil {
 		t.Fatal(err)
 	}

@@ -74,19 +74,8 @@ func TestRepositoryEventsOfAnotherAccountMoveNothing(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, hookEnvOptions{})
 	ctx := hookCtx(t)
-	if err := e.sim.AddInstallation(2, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	if err := e.inst.Resync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var demoID int64
-	for _, r := range e.sim.Repos() {
-		if r.FullName == "octo/demo" {
-			demoID = r.ID
-		}
-	}
+	e.addAcme(t, ctx)
+	demoID := e.simRepoID(t, "octo/demo")
 	post := repositoryEvents(t, ctx, e, "octo", "demo")
 	for _, action := range []string{"created", "renamed", "transferred"} {
 		var changes map[string]any
@@ -114,13 +103,7 @@ func TestInstallationDeletedIsCheckedWithGitHub(t *testing.T) {
 	t.Parallel()
 	e := newHookEnv(t, hookEnvOptions{})
 	ctx := hookCtx(t)
-	if err := e.sim.AddInstallation(2, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	e.waitSettled(ctx)
-	if err := e.inst.Resync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.addAcme(t, ctx)
 	body, _ := json.Marshal(map[string]any{"action": "deleted", "installation": map[string]any{"id": 1,
 		"account": map[string]any{"id": 9201, "login": "octo", "type": "Organization"}}})
 	if resp := e.post("s3cret", "installation", "deleted-1", body); resp.StatusCode != http.StatusAccepted {

@@ -296,3 +296,28 @@ func ledgerAll(t *testing.T, ctx context.Context, l *DeliveryLedger) []DeliveryR
 	}
 	return all
 }
+
+// addAcme installs the App on a second account, acme (installation 2), in
+// the simulator and has the registry learn it.
+func (e *hookEnv) addAcme(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := e.sim.AddInstallation(2, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(ctx)
+	if err := e.inst.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// simRepoID is the simulator's ID of repository full ("owner/name").
+func (e *hookEnv) simRepoID(t *testing.T, full string) int64 {
+	t.Helper()
+	for _, r := range e.sim.Repos() {
+		if r.FullName == full {
+			return r.ID
+		}
+	}
+	t.Fatalf("the simulator has no repository %s", full)
+	return 0
+}
