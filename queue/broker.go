@@ -193,16 +193,29 @@ type Broker struct {
 	sess atomic.Pointer[session] // set while running
 
 	// publishFailing is the failure of the last publish of an operation
-	// (a dispatch, a nudge, a republish), nil once one succeeds: Ready
-	// reports it.
+	// (a dispatch, a nudge, a republish), nil once one succeeds or the
+	// connection is made again: Ready reports it while the last failure
+	// is recent (publishFailureFor).
 	publishFailing atomic.Pointer[publishFailure]
+	// publishFailureFor is how long Ready reports a failed publish that no
+	// later publish has contradicted (a minute; tests shorten it).
+	publishFailureFor time.Duration
 }
 
-// publishFailure is a publish that JetStream did not acknowledge.
+// publishFailure is a run of publishes that JetStream did not
+// acknowledge: since the first, last the newest.
 type publishFailure struct {
-	since time.Time
-	err   error
+	since, last time.Time
+	err         error
 }
+
+// defaultPublishFailureFor is Broker.publishFailureFor. Without it, a
+// failure with nothing published after it (every operation published
+// already, a balancer keeping clients away from a baton that says it is
+// not ready) would be reported for ever; the reconciler, a minute apart,
+// publishes again what is still to be published, so a queue that still
+// fails is seen failing again.
+const defaultPublishFailureFor = time.Minute
 
 // notePublish records a publish's outcome for Ready. A publish its caller
 // gave up on (a cancelled context: a client gone, a shutdown) says nothing
@@ -213,9 +226,12 @@ func (b *Broker) notePublish(ctx context.Context, err error) {
 		b.publishFailing.Store(nil)
 	case errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled):
 	default:
-		if b.publishFailing.Load() == nil {
-			b.publishFailing.CompareAndSwap(nil, &publishFailure{since: time.Now(), err: err})
+		now := time.Now()
+		f := &publishFailure{since: now, last: now, err: err}
+		if old := b.publishFailing.Load(); old != nil {
+			f.since = old.since
 		}
+		b.publishFailing.Store(f)
 	}
 }
 
@@ -388,7 +404,7 @@ func (b *Broker) Ready() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("queue: NATS connection %s", st)
 	}
-	if f := b.publishFailing.Load(); f != nil {
+	if f := b.publishFailing.Load(); f != nil && time.Since(f.last) < cmp.Or(b.publishFailureFor, defaultPublishFailureFor) {
 		return fmt.Errorf("queue: publishes fail since %s (%v); the operations wait in the store and are published again once one succeeds",
 			f.since.UTC().Format(time.RFC3339), f.err)
 	}
@@ -422,6 +438,9 @@ func (b *Broker) connect(s *session) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			// Publishes that failed while the server was away say nothing
+			// of the server now.
+			b.publishFailing.Store(nil)
 			log.Info("NATS reconnected", zap.String(fieldEvent, "queue.reconnected"), zap.String("server", nc.ConnectedUrlRedacted()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

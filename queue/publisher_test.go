@@ -85,6 +85,14 @@ func TestReadyReportsFailingPublishes(t *testing.T) {
 	if err := b.Ready(); err == nil {
 		t.Error("a cancelled dispatch cleared the failure")
 	}
+	// A failure nothing contradicted is reported for publishFailureFor
+	// only: with nothing more to publish it would be reported for ever.
+	b.publishFailureFor = 50 * time.Millisecond
+	time.Sleep(100 * time.Millisecond)
+	if err := b.Ready(); err != nil {
+		t.Errorf("ready once the failure is old: %v", err)
+	}
+	b.publishFailureFor = time.Minute
 	dispatch(t, b, "op-b")
 	if err := b.Ready(); err != nil {
 		t.Errorf("ready once a publish is stored: %v", err)
