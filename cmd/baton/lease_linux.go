@@ -136,9 +136,17 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		stop:      func() { w.Close() },
 		killAfter: grace + leaseGuardKillMargin,
 		kill:      func() { _ = guard.Process.Kill() },
-		exited:    func() {}, // the guard stopped the group before it exited
-		stopped:   stopped,
-		resume:    func() { _, _ = w.Write([]byte{leaseGuardResume}) },
+		// The guard stopped the group before it exited, and gave the
+		// terminal back to the job; should the terminal still name a
+		// group that is gone (the guard did not get to it), baton takes
+		// it back before the shell, after it, reads from it.
+		exited: func() {
+			if job != 0 {
+				leaseReclaimTerminal(tty, job, -1)
+			}
+		},
+		stopped: stopped,
+		resume:  func() { _, _ = w.Write([]byte{leaseGuardResume}) },
 		deadline: func(t time.Time) {
 			_, _ = w.Write(leaseDeadlineMsg(t)) // at most PIPE_BUF: never interleaved
 		},
