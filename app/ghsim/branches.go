@@ -14,12 +14,10 @@ import (
 // changes.base as GitHub does, and GET …/branches/{from} answers 301 to
 // the new name (until a branch of the old name is created again).
 func (s *Sim) RenameBranch(owner, name, from, to, sender string) error {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	sha, ok := r.refs["heads/"+from]
 	if !ok {

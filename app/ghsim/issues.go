@@ -132,12 +132,10 @@ func (s *Sim) AddIssue(owner, name string, in NewIssue) (int, error) {
 // GitHub answers 410 Gone ("This issue was deleted") to reading it, its
 // comments or labels, and to commenting or labelling it.
 func (s *Sim) DeleteIssue(owner, name string, n int, sender string) error {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	is, ok := r.issues[n]
 	switch {
@@ -186,12 +184,10 @@ func (is *issue) labelNames() []string {
 // default "monalisa") would, emitting issues or pull_request "labeled".
 // Adding a label already there does nothing.
 func (s *Sim) AddLabel(owner, name string, n int, labelName, sender string) error {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	is, ok := r.issues[n]
 	if !ok {
@@ -207,12 +203,10 @@ func (s *Sim) AddLabel(owner, name string, n int, labelName, sender string) erro
 // RemoveLabel removes label from issue or pull request n as a person
 // would, emitting "unlabeled". A label that is not there is ErrNotFound.
 func (s *Sim) RemoveLabel(owner, name string, n int, labelName, sender string) error {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	is, ok := r.issues[n]
 	if !ok {
@@ -228,12 +222,10 @@ func (s *Sim) RemoveLabel(owner, name string, n int, labelName, sender string) e
 // (sender, default "monalisa"), emitting issue_comment "created". It
 // returns the comment's ID.
 func (s *Sim) AddComment(owner, name string, n int, body, sender string) (int64, error) {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return 0, err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	is, ok := r.issues[n]
 	if !ok {

@@ -107,6 +107,19 @@ func (s *Sim) sender(login string) *user {
 	return s.user(login)
 }
 
+// lockRepo is the start of a mutation by a person: the repository
+// owner/name, locked (the caller unlocks r.mu), and who does it (sender,
+// default "monalisa").
+func (s *Sim) lockRepo(owner, name, sender string) (*repo, *user, error) {
+	r, err := s.lookupRepo(owner, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	who := s.sender(sender)
+	r.mu.Lock()
+	return r, who, nil
+}
+
 // AddRepo creates repository owner/name in installation installationID. If
 // the installation does not exist, it is created (for the primary App, on
 // the owner's account) and installation "created" is emitted; otherwise
@@ -182,12 +195,10 @@ func (s *Sim) addRepo(owner, name string, installationID int64) (Repo, repoAdded
 // (in pull requests' base and head, payloads, GET /repos/{owner}/{repo})
 // saying "archived": true.
 func (s *Sim) ArchiveRepo(owner, name string, archived bool, sender string) error {
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.archived.Load() == archived {
 		return nil
@@ -211,12 +222,10 @@ func (s *Sim) RenameRepo(owner, name, newName, sender string) error {
 	if newName == "" || strings.Contains(newName, "/") {
 		return fmt.Errorf("ghsim: invalid repository name %q: %w", newName, ErrInvalid)
 	}
-	r, err := s.lookupRepo(owner, name)
+	r, who, err := s.lockRepo(owner, name, sender)
 	if err != nil {
 		return err
 	}
-	who := s.sender(sender)
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.mu.Lock()
 	oldName, oldKey, newKey := r.name, repoKey(r.owner.login, r.name), repoKey(r.owner.login, newName)
