@@ -440,23 +440,22 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		}
 	}
 
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// releaseWithin releases the lease, waiting for the server at most
+	// wait; a lease the server says is lost already is reported only if
+	// it was thought held.
+	releaseWithin := func(wait time.Duration, mayBeLost bool) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		defer cancel()
-		if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil {
+		err := c.ReleaseLease(rctx, key, o.owner, g.Token)
+		if err != nil && !(mayBeLost && client.CodeOf(err) == client.CodeLeaseLost) {
 			fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
 		}
 	}
+	release := func() { releaseWithin(10*time.Second, false) }
 	// releaseIfHeld releases a lease that may be lost already, saying
 	// nothing when it is, and waiting for a server that does not answer
 	// (the reason renewals failed, often) a few seconds only.
-	releaseIfHeld := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		defer cancel()
-		if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil && client.CodeOf(err) != client.CodeLeaseLost {
-			fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
-		}
-	}
+	releaseIfHeld := func() { releaseWithin(3*time.Second, true) }
 
 	env := append(os.Environ(),
 		"BATON_LEASE_KEY="+key,
