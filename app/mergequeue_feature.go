@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/baton-dev/baton/app/mergequeue"
@@ -122,9 +123,14 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 }
 
 // authorizeRepository lets a token read and reconcile a repository's
-// queue when it may act on the repository's installation.
-func (s *Server) authorizeRepository(r *http.Request, owner, repo string) error {
-	return authorizeRepositoryOf(r, s.installs.CurrentNames(), owner, repo)
+// queue when it may act on the repository's installation; the caller is
+// the token's ID.
+func (s *Server) authorizeRepository(r *http.Request, owner, repo string) (string, error) {
+	if err := authorizeRepositoryOf(r, s.installs.CurrentNames(), owner, repo); err != nil {
+		return "", err
+	}
+	p, _ := PrincipalFromContext(r.Context())
+	return "token:" + strconv.FormatInt(p.TokenID, 10), nil
 }
 
 // authorizeRepositoryOf is authorizeRepository with the installations

@@ -1,8 +1,7 @@
 package mergequeue
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,17 +36,18 @@ type AuditLogBody struct {
 //	GET  /v1/repos/{owner}/{repo}/queue/audit      AuditLogBody, oldest first
 //	POST /v1/repos/{owner}/{repo}/queue/reconcile  Report; 409 lease_held when the lease is held;
 //	                                               429 rate_limited within ReconcileSpacing of the
-//	                                               same credential's last reconcile of the repository;
+//	                                               same caller's last reconcile of the repository;
 //	                                               503/502 (code internal) when GitHub fails its reads
 //
 // The routes take no query parameters (a query string is invalid_request).
 // Mount it at /v1/repos/ behind the API's authentication. authorize is
 // called for every request with a well-formed repository, before anything
-// is read: it returns nil to allow the request, or an error carrying a
-// code (schema's unauthorized, forbidden or not_found) to refuse it; an
-// error without a code is answered 500. Errors are baton's API errors:
+// is read: it returns who asks (the API token, as the reconcile spacing
+// tells callers apart) to allow the request, or an error carrying a code
+// (schema's unauthorized, forbidden or not_found) to refuse it; an error
+// without a code is answered 500. Errors are baton's API errors:
 // {"error": {"code", "message", "details"?}}.
-func NewHandler(q *Queue, authorize func(r *http.Request, owner, repo string) error) http.Handler {
+func NewHandler(q *Queue, authorize Authorize) http.Handler {
 	h := &handler{q: q, authorize: authorize, turns: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	for _, rt := range h.routes() {
@@ -69,9 +69,13 @@ func Routes() []string {
 	return out
 }
 
+// Authorize allows or refuses a request of NewHandler's routes on
+// owner/repo; allowed, it names the caller (see NewHandler).
+type Authorize func(r *http.Request, owner, repo string) (caller string, err error)
+
 type handler struct {
 	q         *Queue
-	authorize func(r *http.Request, owner, repo string) error
+	authorize Authorize
 
 	turnsMu sync.Mutex
 	turns   map[string]time.Time // credential and repository → its last reconcile's start
@@ -116,11 +120,12 @@ func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
 			h.fail(w, r, errors.New("mergequeue: no authorize function"))
 			return
 		}
-		if err := h.authorize(r, owner, repo); err != nil {
+		caller, err := h.authorize(r, owner, repo)
+		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
-		fn(w, r, owner, repo)
+		fn(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)), owner, repo)
 	}
 }
 
@@ -155,8 +160,11 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request, owner, repo stri
 // lease before answering lease_held.
 const reconcileTurnWait = 5 * time.Second
 
+// callerKey is the request context's key of the caller authorize named.
+type callerKey struct{}
+
 // ReconcileSpacing is the least time between two reconciles of a repository
-// asked for over HTTP with one credential (the Authorization header): a
+// asked for over HTTP by one caller (an API token, as authorize names it): a
 // reconcile reads the repository's open pull requests and the gates of its
 // entries from GitHub, on the installation's hourly budget, which one
 // client asking again and again would spend in a minute, and every
@@ -165,20 +173,13 @@ const reconcileTurnWait = 5 * time.Second
 // Retry-After.
 const ReconcileSpacing = time.Minute
 
-// takeTurn reserves the credential's reconcile of the repository now.
+// takeTurn reserves the caller's reconcile of the repository now.
 // It returns the time left before one may be asked for (nothing is
 // reserved then), or a function that gives the turn back (for a
 // reconcile that did not run).
 func (h *handler) takeTurn(r *http.Request, owner, repo string) (time.Duration, func()) {
-	// The credential as authentication reads it: the scheme in any case,
-	// blanks around and between ignored, so that "bearer  T" is T's turn
-	// as much as "Bearer T" is.
-	cred := strings.Fields(r.Header.Get("Authorization"))
-	if len(cred) > 0 {
-		cred[0] = strings.ToLower(cred[0])
-	}
-	sum := sha256.Sum256([]byte(strings.Join(cred, " ")))
-	key := hex.EncodeToString(sum[:]) + " " + nameKey(owner, repo)
+	caller, _ := r.Context().Value(callerKey{}).(string)
+	key := caller + " " + nameKey(owner, repo)
 	now := h.q.cfg.Clock.Now()
 	h.turnsMu.Lock()
 	defer h.turnsMu.Unlock()

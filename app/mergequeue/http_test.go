@@ -22,25 +22,26 @@ import (
 
 // authorizeBearer allows "Bearer good" on every repository and "Bearer
 // other" on none, the way the API's token check answers.
-func authorizeBearer(r *http.Request, owner, repo string) error {
+func authorizeBearer(r *http.Request, owner, repo string) (string, error) {
 	switch r.Header.Get("Authorization") {
 	case "Bearer good":
-		return nil
+		return "good", nil
 	case "Bearer other":
-		return schema.Errorf(schema.CodeForbidden, "the token may not act on %s/%s", owner, repo)
+		return "", schema.Errorf(schema.CodeForbidden, "the token may not act on %s/%s", owner, repo)
 	}
-	return schema.ErrUnauthorized
+	return "", schema.ErrUnauthorized
 }
 
 // authorizeGoodPrefix allows every "Bearer good…" token, so that a test
 // can use many tokens (the reconcile spacing is per token).
-func authorizeGoodPrefix(r *http.Request, owner, repo string) error {
-	// As the API reads it: the scheme in any case, blanks aside.
+func authorizeGoodPrefix(r *http.Request, owner, repo string) (string, error) {
+	// As the API reads it: the scheme in any case, blanks aside; the
+	// caller is the token.
 	f := strings.Fields(r.Header.Get("Authorization"))
 	if len(f) == 2 && strings.EqualFold(f[0], "Bearer") && strings.HasPrefix(f[1], "good") {
-		return nil
+		return f[1], nil
 	}
-	return schema.ErrUnauthorized
+	return "", schema.ErrUnauthorized
 }
 
 // labelQueued labels pull requests 1..n of repo for the queue and hands

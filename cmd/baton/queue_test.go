@@ -124,14 +124,14 @@ func TestCLIQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(mergequeue.NewHandler(q, func(r *http.Request, owner, _ string) error {
+	srv := httptest.NewServer(mergequeue.NewHandler(q, func(r *http.Request, owner, _ string) (string, error) {
 		if r.Header.Get("Authorization") != "Bearer queue-token" {
-			return schema.ErrUnauthorized
+			return "", schema.ErrUnauthorized
 		}
 		if owner != "octo" {
-			return schema.Errorf(schema.CodeForbidden, "the token may not act on %s", owner)
+			return "", schema.Errorf(schema.CodeForbidden, "the token may not act on %s", owner)
 		}
-		return nil
+		return "queue-token", nil
 	}))
 	defer srv.Close()
 	as := func(args ...string) cliResult {
