@@ -78,7 +78,7 @@ type handler struct {
 	authorize Authorize
 
 	turnsMu sync.Mutex
-	turns   map[string]time.Time // credential and repository → its last reconcile's start
+	turns   map[string]time.Time // caller and repository → its last reconcile's start
 }
 
 type repoHandler func(w http.ResponseWriter, r *http.Request, owner, repo string)
