@@ -328,7 +328,6 @@ func TestLabelByTriagerDoesNotQueue(t *testing.T) {
 // dequeued since, nor one bounced by a push (its new head unreviewed).
 func TestReplayedCommandIsNotActedOnAgain(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := newStack(t, stackOptions{})
 	const repo = "replays"
 	s.repo(t, repo, 1, []string{"ci"})
@@ -361,27 +360,13 @@ func TestReplayedCommandIsNotActedOnAgain(t *testing.T) {
 		})
 		return ev
 	}
-	// handle hands the queue a delivery as the dispatcher would: again
-	// after a RetryError (webhooks of the repository hold its lease).
-	handle := func(ev mergequeue.Event) {
-		t.Helper()
-		var err error
-		waitFor(t, 30*time.Second, "the replay handled", func() bool {
-			err = s.q.HandleEvent(ctx, ev)
-			var re *mergequeue.RetryError
-			return !errors.As(err, &re)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	queued := func() bool { _, ok := s.entryOf(t, repo, 1); return ok }
 	queue := commented("/baton queue")
 	waitFor(t, 30*time.Second, "#1 queued", queued)
 	commented("/baton dequeue")
 	waitFor(t, 30*time.Second, "#1 dequeued", func() bool { return !queued() })
 
-	handle(queue)
+	s.handle(t, queue)
 	if queued() {
 		t.Fatal("the replayed /baton queue queued #1 again after /baton dequeue")
 	}
@@ -404,8 +389,90 @@ func TestReplayedCommandIsNotActedOnAgain(t *testing.T) {
 		return !ok || e.Status == mergequeue.StatusBounced
 	})
 	queue.DeliveryID += "-again"
-	handle(queue)
+	s.handle(t, queue)
 	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
 		t.Errorf("the replayed /baton queue queued the pushed head: %+v", e)
+	}
+}
+
+// handle hands the queue a delivery as the dispatcher would: again after a
+// RetryError (webhooks of the repository hold its lease).
+func (s *stack) handle(t *testing.T, ev mergequeue.Event) {
+	t.Helper()
+	var err error
+	waitFor(t, 30*time.Second, "the delivery handled", func() bool {
+		err = s.q.HandleEvent(context.Background(), ev)
+		var re *mergequeue.RetryError
+		return !errors.As(err, &re)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// baton's label for a "/baton queue", delivered after a push by a reader
+// bounced the pull request (the bounce's removal of the label still
+// waiting its turn), does not queue the pushed head again.
+func TestLateLabelOfACommandDoesNotRequeueABouncedPull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "latelabel"
+	s.repo(t, repo, 1, []string{"ci"})
+	for user, perm := range map[string]string{"writer": "write", "reader": "read"} {
+		if err := s.sim.SetPermission("octo", repo, user, perm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	var labeled mergequeue.Event
+	waitFor(t, 30*time.Second, "baton's label delivered", func() bool {
+		for _, d := range s.sim.Deliveries() {
+			var p struct {
+				Sender struct {
+					Type string `json:"type"`
+				} `json:"sender"`
+			}
+			if d.Event == "pull_request" && d.Action == "labeled" && json.Unmarshal(d.Payload, &p) == nil && p.Sender.Type == "Bot" {
+				labeled = mergequeue.Event{DeliveryID: "late-" + d.GUID, Name: d.Event, Action: d.Action,
+					InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	// The issue's lease held by someone else: the bounce's comment and
+	// label removal wait, and the label stays on the pull request.
+	res := schema.Resource{Type: schema.ResourceIssue, ID: "octo/" + repo + "#1"}
+	lease, err := s.coord.Acquire(ctx, res.Key(), "test-holds-the-issue", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.PushPull("octo", repo, 1, "", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status == mergequeue.StatusBounced
+	})
+	if !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") {
+		t.Fatal("the label went while its removal's lease was held")
+	}
+	s.handle(t, labeled)
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
+		t.Errorf("baton's late label queued the pushed head: %+v (in the queue: %v)", e, ok)
+	}
+
+	// Once the lease is free the label goes, and the bounced entry with it.
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	if slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") {
+		t.Error("the label is still on #1")
 	}
 }

@@ -20,6 +20,18 @@ import (
 func (r *run) apply(in *intent) error {
 	switch in.kind {
 	case intentJoin:
+		if in.labeled && in.user == "" {
+			// Labelled by an App (baton, for a "/baton queue" it joined
+			// already) while the entry is bounced: the bounce came after
+			// the label, which it is removing, and this delivery is a late
+			// one. Joining again would queue the head that bounced it (a
+			// push by someone who may not write, say). A person adds the
+			// label again once it is gone.
+			if e := r.find(in.pr); e != nil && e.status == StatusBounced {
+				r.note("#%d labelled by an App before it bounced; not queued", in.pr)
+				break
+			}
+		}
 		if in.user != "" {
 			// Labelled, or reopened carrying the label: whoever did it
 			// must be able to queue it (an entry already in line stays).
