@@ -250,12 +250,12 @@ func WithUserAgent(ua string) Option {
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("client: server URL %q must look like http://host:port", baseURL)
+		return nil, fmt.Errorf("client: server URL %q must look like http://host:port", redactURL(baseURL))
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 		// The routes' paths are appended to the base URL: after a query
 		// or a fragment they would not be paths at all.
-		return nil, fmt.Errorf("client: server URL %q must have no query (?) or fragment (#)", baseURL)
+		return nil, fmt.Errorf("client: server URL %q must have no query (?) or fragment (#)", redactURL(baseURL))
 	}
 	c := &Client{
 		base:      strings.TrimRight(u.String(), "/"),
@@ -271,8 +271,23 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// BaseURL returns the server's URL.
-func (c *Client) BaseURL() string { return c.base }
+// redactURL is raw with the password of its user information hidden, as
+// net/http hides it in its own errors: a server URL may carry one for a
+// proxy in front of baton, and errors end up in CI logs. A URL that does
+// not parse loses everything between "//" and its last "@".
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if i, j := strings.Index(raw, "//"), strings.LastIndex(raw, "@"); i >= 0 && j > i {
+		return raw[:i+2] + "xxxxx" + raw[j:]
+	}
+	return raw
+}
+
+// BaseURL returns the server's URL, for display: a password in it is
+// hidden.
+func (c *Client) BaseURL() string { return redactURL(c.base) }
 
 // Submit submits an operation. created is false when the key named an
 // existing operation with the same input (HTTP 200 rather than 201): also

@@ -135,3 +135,34 @@ func TestOperationIDChecked(t *testing.T) {
 		t.Errorf("Get of a well-formed ID: %v", err)
 	}
 }
+
+// A password in the server URL (for a proxy in front of baton) does not
+// appear in New's errors, which end up in CI logs.
+func TestNewHidesThePasswordOfABadURL(t *testing.T) {
+	for _, raw := range []string{
+		"ftp://ci:s3cret@baton.example/",
+		"http://ci:s3cret@baton.example/?x=1",
+		"http://ci:s3cret@baton.example/#top",
+		"http://ci:s3cret@[::1",
+		"http://ci:s3cret@",
+	} {
+		_, err := New(raw)
+		if err == nil {
+			t.Errorf("New(%q) accepted it", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("New(%q): the error shows the password: %v", raw, err)
+		}
+		if !strings.Contains(err.Error(), "xxxxx@") {
+			t.Errorf("New(%q): the error does not show where the password was: %v", raw, err)
+		}
+	}
+	c, err := New("http://ci:s3cret@baton.example:8080/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.BaseURL(); got != "http://ci:xxxxx@baton.example:8080" {
+		t.Errorf("BaseURL() = %q", got)
+	}
+}
