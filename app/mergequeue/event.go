@@ -132,10 +132,14 @@ const (
 
 // intent is what the queue makes of one event.
 type intent struct {
-	kind   intentKind
-	pr     int
-	sha    string // intentGate: the commit the check reported on
-	merged bool   // intentClosed
+	kind intentKind
+	pr   int
+	// sha is, for intentGate, the commit the check reported on; for an
+	// intentJoin from the label, the head the pull request had when it
+	// was labelled (the payload's pull_request.head.sha; "" if it has
+	// none).
+	sha    string
+	merged bool // intentClosed
 	// intentCommand
 	dequeue bool
 	// user is, for intentCommand, the commenter; for intentReevaluate, the
@@ -194,7 +198,7 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 				if p.Sender.Type == "Bot" {
 					user = ""
 				}
-				return &intent{kind: intentJoin, pr: pr.Number, user: user, labeled: true}, nil
+				return &intent{kind: intentJoin, pr: pr.Number, user: user, labeled: true, sha: pr.Head.SHA}, nil
 			}
 			return &intent{kind: intentLeave, pr: pr.Number}, nil
 		case "closed":

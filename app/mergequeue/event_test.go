@@ -28,12 +28,12 @@ func TestParse(t *testing.T) {
 		ev   Event
 		want *intent
 	}{
-		{"our label added", pull("labeled", `,"label":{"name":"baton:queue"}`), &intent{kind: intentJoin, pr: 4, labeled: true}},
-		{"our label, other case", pull("labeled", `,"label":{"name":"BATON:QUEUE"}`), &intent{kind: intentJoin, pr: 4, labeled: true}},
+		{"our label added", pull("labeled", `,"label":{"name":"baton:queue"}`), &intent{kind: intentJoin, pr: 4, labeled: true, sha: "abc"}},
+		{"our label, other case", pull("labeled", `,"label":{"name":"BATON:QUEUE"}`), &intent{kind: intentJoin, pr: 4, labeled: true, sha: "abc"}},
 		{"our label added by a person", pull("labeled", `,"label":{"name":"baton:queue"},"sender":{"login":"tri","type":"User"}`),
-			&intent{kind: intentJoin, pr: 4, user: "tri", labeled: true}},
+			&intent{kind: intentJoin, pr: 4, user: "tri", labeled: true, sha: "abc"}},
 		{"our label added by an App", pull("labeled", `,"label":{"name":"baton:queue"},"sender":{"login":"baton[bot]","type":"Bot"}`),
-			&intent{kind: intentJoin, pr: 4, labeled: true}},
+			&intent{kind: intentJoin, pr: 4, labeled: true, sha: "abc"}},
 		{"our label removed", pull("unlabeled", `,"label":{"name":"baton:queue"}`), &intent{kind: intentLeave, pr: 4}},
 		{"another label", pull("labeled", `,"label":{"name":"bug"}`), nil},
 		{"closed", pull("closed", ""), &intent{kind: intentClosed, pr: 4}},

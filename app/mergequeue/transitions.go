@@ -32,6 +32,25 @@ func (r *run) apply(in *intent) error {
 				break
 			}
 		}
+		if in.labeled && in.sha != "" {
+			// Labelled at a head that is no longer the pull
+			// request's while the entry is bounced: the label came before
+			// the head moved and the bounce, which is removing it, and this
+			// delivery is a late one. Whoever added it vouched for the head
+			// it was at, not for the one that bounced it (a push by someone
+			// who may not write, say). Labelled again at the current head,
+			// it queues.
+			if e := r.find(in.pr); e != nil && e.status == StatusBounced {
+				pr, err := r.getPull(in.pr)
+				if err != nil {
+					return err
+				}
+				if pr != nil && pr.GetHead().GetSHA() != "" && pr.GetHead().GetSHA() != in.sha {
+					r.note("#%d labelled at %s, before its head moved to %s and it bounced; not queued", in.pr, shortSHA(in.sha), shortSHA(pr.GetHead().GetSHA()))
+					break
+				}
+			}
+		}
 		if in.user != "" {
 			// Labelled, or reopened carrying the label: whoever did it
 			// must be able to queue it (an entry already in line stays).

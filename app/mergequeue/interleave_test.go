@@ -1,0 +1,106 @@
+package mergequeue_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
+	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/schema"
+)
+
+// captured waits for the simulator's delivery of event and action sent
+// by sender, and returns it as the queue would be handed it again, under
+// a new delivery ID (a late or replayed copy).
+func (s *stack) captured(t *testing.T, repo, event, action, sender string) mergequeue.Event {
+	t.Helper()
+	var ev mergequeue.Event
+	waitFor(t, 30*time.Second, event+" "+action+" by "+sender+" delivered", func() bool {
+		for _, d := range s.sim.Deliveries() {
+			var p struct {
+				Sender struct {
+					Login string `json:"login"`
+				} `json:"sender"`
+				Repository struct {
+					FullName string `json:"full_name"`
+				} `json:"repository"`
+			}
+			if d.Event == event && d.Action == action && json.Unmarshal(d.Payload, &p) == nil &&
+				p.Sender.Login == sender && p.Repository.FullName == "octo/"+repo {
+				ev = mergequeue.Event{DeliveryID: "late-" + d.GUID, Name: d.Event, Action: d.Action,
+					InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
+				return true
+			}
+		}
+		return false
+	})
+	return ev
+}
+
+// holdIssue holds pull request n's issue lease: baton's comments and
+// label changes on it wait until it is released.
+func (s *stack) holdIssue(t *testing.T, repo string, n int) *coordinator.Lease {
+	t.Helper()
+	res := schema.Resource{Type: schema.ResourceIssue, ID: "octo/" + repo + "#1"}
+	l, err := s.coord.Acquire(context.Background(), res.Key(), "test-holds-the-issue", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (s *stack) writerAndReader(t *testing.T, repo string) {
+	t.Helper()
+	for user, perm := range map[string]string{"writer": "write", "reader": "read"} {
+		if err := s.sim.SetPermission("octo", repo, user, perm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The label added by a person who may write, delivered (again, or late)
+// after a push by a reader bounced the pull request while the bounce's
+// removal of the label waits its turn, does not queue the reader's head:
+// the label was added at the head before.
+func TestLateLabelOfAPersonDoesNotRequeueABouncedPull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "latepersonlabel"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	labeled := s.captured(t, repo, "pull_request", "labeled", "writer")
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	lease := s.holdIssue(t, repo, 1)
+	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status == mergequeue.StatusBounced
+	})
+	// The reader's head passes its checks: queued, it would merge.
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	s.handle(t, labeled)
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
+		t.Errorf("the writer's late label queued the reader's head: %+v (in the queue: %v)", e, ok)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
+		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
+	}
+}
