@@ -144,7 +144,8 @@
 //     that finds the lease held skips and says why. It takes over an
 //     expired lease left by a crashed holder, and re-derives the queue from
 //     GitHub: open pull requests carrying the label, at their current
-//     heads. It changes nothing in an archived repository (GitHub refuses
+//     heads, but for bounced ones still carrying it (their label removal
+//     is asked for again, whichever head they are at now). It changes nothing in an archived repository (GitHub refuses
 //     every change to it) until it is unarchived.
 //
 // # Wiring

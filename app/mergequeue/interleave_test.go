@@ -104,3 +104,53 @@ func TestLateLabelOfAPersonDoesNotRequeueABouncedPull(t *testing.T) {
 		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
 	}
 }
+
+// A reconcile while a bounced pull request's label removal waits its turn,
+// after the head moved again, does not queue the new head from the label
+// that is going.
+func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "reconcilebounced"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	lease := s.holdIssue(t, repo, 1)
+	if _, err := s.sim.PushPull("octo", repo, 1, "", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status == mergequeue.StatusBounced
+	})
+	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	var rep mergequeue.Report
+	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
+		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !rep.Skipped
+	})
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
+		t.Errorf("the reconcile queued the reader's new head: %+v (in the queue: %v); report %+v", e, ok, rep)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
+		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
+	}
+}

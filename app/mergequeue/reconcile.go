@@ -43,7 +43,7 @@ type Report struct {
 	Reevaluated []int `json:"reevaluated"`
 	Bounced     []int `json:"bounced"`
 	// BouncedCleared are bounced entries removed (their label is gone,
-	// the pull request closed or moved on).
+	// or the pull request closed).
 	BouncedCleared []int `json:"bouncedCleared"`
 	// LabelRemovals are bounced pull requests still carrying the label,
 	// whose label removal was asked for again.
@@ -173,13 +173,18 @@ func (r *run) reconcile(rep *Report) error {
 	for _, e := range slices.Clone(r.st.entries) {
 		pr := open[e.pr]
 		if e.status == StatusBounced {
-			if pr == nil || !labeled(pr) || pr.GetHead().GetSHA() != e.sha {
+			if pr == nil || !labeled(pr) {
 				r.remove(e)
 				rep.BouncedCleared = append(rep.BouncedCleared, e.pr)
 				continue
 			}
 			// The label removal asked for at the bounce has not happened
 			// (or failed): ask again, or the label keeps saying "queued".
+			// So even when the head moved since: the label is still the
+			// one put there before the bounce (it cannot be added again
+			// while it is there), and queueing the new head from it would
+			// queue commits nobody who may write vouched for (a reader
+			// pushing again).
 			if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(e.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label},
 				"unlabel", "#"+strconv.Itoa(e.pr)); err != nil {
 				return err
