@@ -62,7 +62,10 @@
 // timeout. New commits pushed by someone without write permission on the
 // repository (Apps included) bounce the entry instead of moving
 // it: a join vouches for what the pull request holds then, not for what
-// the author of a pull request from a fork may push to it afterwards;
+// the author of a pull request from a fork may push to it afterwards
+// (also when the pull request carried the label at the push but its
+// labeled delivery was not handled yet: it bounces, and the late label,
+// added at the head before, joins nothing);
 // for the same reason a pull request reopened carrying the label by
 // someone without write permission does not join (its label is removed,
 // or a reconcile would queue it from the label). A label removed, "/baton
@@ -121,7 +124,7 @@
 //     Repositories never wait on each other's leases.
 //     Events that cannot change anything (a check completing on a commit
 //     no waiting pull request is at, a pull request outside the queue
-//     closed or pushed to) are told apart by a read of the state and
+//     closed, or pushed to without the label) are told apart by a read of the state and
 //     dropped without taking the lease.
 //   - Every GitHub mutation is an operation with an idempotency key: the
 //     merge's names the pull request, the tested head and the join (and

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -107,9 +108,11 @@ type pullPayload struct {
 	Head   struct {
 		SHA string `json:"sha"`
 	} `json:"head"`
-	Labels []struct {
-		Name string `json:"name"`
-	} `json:"labels"`
+	Labels []labelPayload `json:"labels"`
+}
+
+type labelPayload struct {
+	Name string `json:"name"`
 }
 
 type userPayload struct {
@@ -148,7 +151,9 @@ type intent struct {
 	// are asked about like people when they push or reopen: the workflow
 	// of a fork pushes to its branch as github-actions[bot].
 	user string
-	// labeled is set for an intentJoin from the label being added.
+	// labeled is set for an intentJoin from the label being added, and
+	// for an intentReevaluate whose pull request carried the label when
+	// it was pushed to.
 	labeled bool
 	// commentID is, for intentCommand, the GitHub ID of the comment (0 if
 	// the payload has none).
@@ -213,7 +218,8 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		case "synchronize":
 			// Who pushed: someone without write permission takes the pull
 			// request out of the queue (reevaluate).
-			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: p.Sender.Login}, nil
+			labeled := slices.ContainsFunc(pr.Labels, func(l labelPayload) bool { return strings.EqualFold(l.Name, q.cfg.Label) })
+			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: p.Sender.Login, labeled: labeled}, nil
 		case "reopened":
 			for _, l := range pr.Labels {
 				if strings.EqualFold(l.Name, q.cfg.Label) {

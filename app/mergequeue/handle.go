@@ -93,7 +93,7 @@ func (q *Queue) HandleEvent(ctx context.Context, ev Event) (err error) {
 // lease), whether an event about pull requests or commits the queue may
 // hold can change anything: a check completing on a commit no pull request
 // waiting for its gate is at, or a pull request outside the queue being
-// closed, pushed to or unlabeled, cannot, and is not worth taking the
+// closed, unlabeled or pushed to without the label, cannot, and is not worth taking the
 // lease (CI reports many checks). Whoever later puts such a pull request or commit in the
 // queue reads GitHub's current state then, so nothing is missed. Joins and
 // commands always take the lease.
@@ -101,6 +101,12 @@ func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (b
 	switch in.kind {
 	case intentJoin, intentCommand:
 		return true, nil
+	case intentReevaluate:
+		if in.labeled {
+			// Pushed to while carrying the label: its labeled delivery
+			// may not have been handled yet (see reevaluate).
+			return true, nil
+		}
 	}
 	st, err := loadRepo(ctx, q.cfg.DB, nameKey(owner, name))
 	if err != nil {

@@ -3,6 +3,7 @@ package mergequeue_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -152,5 +153,63 @@ func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
 	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
 	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
 		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
+	}
+}
+
+// pullEvent is a pull_request delivery of action on #n at head, sent by
+// sender (a person), the pull request carrying the label or not.
+func pullEvent(repo string, n int, action, head, sender, id string, labeled bool) mergequeue.Event {
+	labels := `[]`
+	if labeled {
+		labels = `[{"name":"baton:queue"}]`
+	}
+	body := fmt.Sprintf(`{"action":%q,"number":%d,"pull_request":{"number":%d,"state":"open","head":{"sha":%q},"labels":%s},`+
+		`"label":{"name":"baton:queue"},"repository":{"full_name":"octo/%s"},"installation":{"id":1},"sender":{"login":%q,"type":"User"}}`,
+		action, n, n, head, labels, repo, sender)
+	return mergequeue.Event{DeliveryID: id, Name: "pull_request", Action: action, InstallationID: 1, Repository: "octo/" + repo, Payload: []byte(body)}
+}
+
+// A push to a pull request carrying the label, by someone who may not
+// write, whose delivery is handled before the label's (GitHub does not
+// keep deliveries in order): the label was added at the head before, and
+// its late delivery does not queue the pusher's head. Pushed by someone
+// who may write, the late label queues the new head.
+func TestPushByAReaderBeforeTheLabelIsHandledBounces(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{noWebhooks: true}) // the deliveries are handed over below, in the order the test says
+	for _, pusher := range []string{"reader", "writer"} {
+		t.Run(pusher, func(t *testing.T) {
+			t.Parallel()
+			repo := "pushbeforelabel-" + pusher
+			s.repo(t, repo, 1, []string{"ci"})
+			s.writerAndReader(t, repo)
+			before := s.pull(t, repo, 1).HeadSHA
+			if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+				t.Fatal(err)
+			}
+			head, err := s.sim.PushPull("octo", repo, 1, "", pusher)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+				t.Fatal(err)
+			}
+			s.handle(t, pullEvent(repo, 1, "synchronize", head, pusher, repo+"-push", true))
+			s.handle(t, pullEvent(repo, 1, "labeled", before, "writer", repo+"-label", true))
+			if pusher == "writer" {
+				waitFor(t, 30*time.Second, "#1 merged at the writer's head", func() bool { return s.pull(t, repo, 1).Merged })
+				return
+			}
+			if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced || e.PRSHA != head {
+				t.Errorf("#1 after the reader's push and the late label: %+v (in the queue: %v)", e, ok)
+			}
+			waitFor(t, 30*time.Second, "the label removed", func() bool { return !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") })
+			if ops := s.mergeOps(t, repo, 1); len(ops) != 0 || s.pull(t, repo, 1).Merged {
+				t.Errorf("%d merge operations of #1; merged %v", len(ops), s.pull(t, repo, 1).Merged)
+			}
+			if c := s.botComments(t, repo, 1, "new commits were pushed by @reader"); len(c) != 1 {
+				t.Errorf("bounce comments: %q", c)
+			}
+		})
 	}
 }

@@ -84,6 +84,12 @@ func (r *run) apply(in *intent) error {
 			return err
 		}
 	case intentReevaluate:
+		if in.labeled && in.user != "" && r.find(in.pr) == nil {
+			if err := r.pushedToLabelled(in.pr, in.user); err != nil {
+				return err
+			}
+			break
+		}
 		if err := r.reevaluate(in.pr, in.user); err != nil {
 			return err
 		}
@@ -429,6 +435,30 @@ func (r *run) reevaluate(n int, pusher string) error {
 		return err
 	}
 	return r.moveTo(e, pr)
+}
+
+// pushedToLabelled bounces pull request n, not in the queue but carrying
+// the label, which pusher pushed to and may not write: the label was added
+// at the head before the push (the push's payload carries it), and its
+// delivery, handled after this one (GitHub does not keep deliveries in
+// order), would queue the pusher's head, as would a reconcile from the
+// label. The bounce keeps an entry, as bounced, until the label is gone:
+// the late labeled delivery, at the head before, finds it and joins
+// nothing.
+func (r *run) pushedToLabelled(n int, pusher string) error {
+	pr, err := r.getPull(n)
+	if err != nil || pr == nil || pr.GetState() != "open" || !hasLabel(pr, r.q.cfg.Label) {
+		return err
+	}
+	ok, perm, err := r.mayWrite(pusher)
+	if err != nil || ok {
+		return err
+	}
+	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued,
+		queuedAt: r.now.Truncate(time.Microsecond), dirty: true}
+	r.st.entries = append(r.st.entries, e)
+	r.logInfo("labelled pull request pushed to by someone without write permission", "mergequeue.pushed_by_reader", n)
+	return r.bounce(e, fmt.Sprintf("new commits were pushed by @%s, who has %s permission, after it was labelled", pusher, perm), pushAdvice)
 }
 
 // retargetEvent applies a change of pull request n's base branch, as
