@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,4 +213,56 @@ func TestPushByAReaderBeforeTheLabelIsHandledBounces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// "/baton queue" by someone who may write, after a push by a reader
+// bounced the pull request and while the bounce's removal of the label
+// waits its turn, keeps it queued: the removal is followed by the label
+// again, and its unlabeled delivery does not take it out.
+func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "queueafterbounce"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	lease := s.holdIssue(t, repo, 1)
+	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status == mergequeue.StatusBounced
+	})
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued again", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status != mergequeue.StatusBounced
+	})
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	// Every delivery the label's removal and addition make handled.
+	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
+		n := 0
+		for _, d := range s.sim.Deliveries() {
+			if d.Event == "pull_request" && (d.Action == "unlabeled" || d.Action == "labeled") && strings.Contains(string(d.Payload), `"octo/`+repo+`"`) {
+				n++
+			}
+		}
+		return n == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	// The writer's head merges once its checks pass.
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
 }

@@ -667,6 +667,8 @@ func (r *run) command(in *intent) error {
 		_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr))
 		return err
 	}
+	prev := r.find(in.pr)
+	bounced := prev != nil && prev.status == StatusBounced
 	pr, err := r.join(in.pr, "/baton queue by @"+in.user, false)
 	if err != nil {
 		return err
@@ -681,9 +683,13 @@ func (r *run) command(in *intent) error {
 			return err
 		}
 	}
-	if hasLabel(pr, r.q.cfg.Label) {
+	if hasLabel(pr, r.q.cfg.Label) && !bounced {
 		return nil
 	}
+	// Joining again after a bounce, the label it carries may be the one
+	// the bounce is removing (its removal waiting its turn): it is added
+	// again after it, or its unlabeled delivery would take the pull
+	// request out. The issue's operations run in the order submitted.
 	_, err = r.submit(schema.ActionAddLabels, r.issueResource(in.pr), schema.AddLabelsPayload{Labels: []string{r.q.cfg.Label}}, "label", "#"+strconv.Itoa(in.pr))
 	return err
 }
