@@ -138,9 +138,8 @@ type intent struct {
 	kind intentKind
 	pr   int
 	// sha is, for intentGate, the commit the check reported on; for an
-	// intentJoin from the label, the head the pull request had when it
-	// was labelled (the payload's pull_request.head.sha; "" if it has
-	// none).
+	// intentJoin, the head the pull request had when it was labelled or
+	// reopened (the payload's pull_request.head.sha; "" if it has none).
 	sha    string
 	merged bool // intentClosed
 	// intentCommand
@@ -226,7 +225,7 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 					// Who reopened it: the label was put there for the pull
 					// request as it was, and its author may reopen it (after
 					// pushing to its branch while it was closed).
-					return &intent{kind: intentJoin, pr: pr.Number, user: p.Sender.Login}, nil
+					return &intent{kind: intentJoin, pr: pr.Number, user: p.Sender.Login, sha: pr.Head.SHA}, nil
 				}
 			}
 		}

@@ -38,7 +38,7 @@ func TestParse(t *testing.T) {
 		{"another label", pull("labeled", `,"label":{"name":"bug"}`), nil},
 		{"closed", pull("closed", ""), &intent{kind: intentClosed, pr: 4}},
 		{"new commits", pull("synchronize", ""), &intent{kind: intentReevaluate, pr: 4, sha: "abc", labeled: true}},
-		{"reopened with the label", pull("reopened", ""), &intent{kind: intentJoin, pr: 4}},
+		{"reopened with the label", pull("reopened", ""), &intent{kind: intentJoin, pr: 4, sha: "abc"}},
 		{"opened", pull("opened", ""), nil},
 		{"queue command", comment("LGTM\r\n  /Baton   QUEUE  \n", "User"), &intent{kind: intentCommand, pr: 9, user: "mona"}},
 		{"dequeue command", comment("/baton dequeue", "User"), &intent{kind: intentCommand, pr: 9, dequeue: true, user: "mona"}},

@@ -266,3 +266,54 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
 }
+
+// The reopening of a pull request carrying the label, by someone who may
+// write, delivered (again, or late) after a push by a reader bounced it
+// while the bounce's removal of the label waits its turn, does not queue
+// the reader's head: it was reopened at the head before.
+func TestLateReopeningDoesNotRequeueABouncedPull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "latereopened"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	for _, closed := range []bool{true, false} {
+		if err := s.sim.ClosePull("octo", repo, 1, closed, "writer"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopened := s.captured(t, repo, "pull_request", "reopened", "writer")
+	waitFor(t, 30*time.Second, "#1 queued again", func() bool {
+		_, ok := s.entryOf(t, repo, 1)
+		return ok && slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "reopened" })
+	})
+
+	lease := s.holdIssue(t, repo, 1)
+	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return ok && e.Status == mergequeue.StatusBounced
+	})
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	s.handle(t, reopened)
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
+		t.Errorf("the late reopening queued the reader's head: %+v (in the queue: %v)", e, ok)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
+		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
+	}
+}

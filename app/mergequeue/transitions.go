@@ -32,21 +32,21 @@ func (r *run) apply(in *intent) error {
 				break
 			}
 		}
-		if in.labeled && in.sha != "" {
-			// Labelled at a head that is no longer the pull
-			// request's while the entry is bounced: the label came before
-			// the head moved and the bounce, which is removing it, and this
-			// delivery is a late one. Whoever added it vouched for the head
-			// it was at, not for the one that bounced it (a push by someone
-			// who may not write, say). Labelled again at the current head,
-			// it queues.
+		if in.sha != "" {
+			// Labelled, or reopened carrying the label, at a head that is
+			// no longer the pull request's while the entry is bounced: the
+			// label or reopening came before the head moved and the bounce,
+			// which is removing the label, and this delivery is a late one.
+			// Whoever did it vouched for the head it was at, not for the
+			// one that bounced it (a push by someone who may not write,
+			// say). Labelled again at the current head, it queues.
 			if e := r.find(in.pr); e != nil && e.status == StatusBounced {
 				pr, err := r.getPull(in.pr)
 				if err != nil {
 					return err
 				}
 				if pr != nil && pr.GetHead().GetSHA() != "" && pr.GetHead().GetSHA() != in.sha {
-					r.note("#%d labelled at %s, before its head moved to %s and it bounced; not queued", in.pr, shortSHA(in.sha), shortSHA(pr.GetHead().GetSHA()))
+					r.note("#%d %s at %s, before its head moved to %s and it bounced; not queued", in.pr, joinVerb(in), shortSHA(in.sha), shortSHA(pr.GetHead().GetSHA()))
 					break
 				}
 			}
@@ -955,4 +955,13 @@ func (r *run) positions() error {
 		}
 	}
 	return nil
+}
+
+// joinVerb says what made a join intent: the label added, or the pull
+// request reopened carrying it.
+func joinVerb(in *intent) string {
+	if in.labeled {
+		return "labelled"
+	}
+	return "reopened"
 }
