@@ -317,3 +317,42 @@ func TestLateReopeningDoesNotRequeueABouncedPull(t *testing.T) {
 		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
 	}
 }
+
+// "/baton queue" by someone who may write, while the removal of a label
+// added by someone who may not (refused) waits its turn, keeps the pull
+// request queued: the label is asked for again after the removal.
+func TestQueueCommandWhileARefusedLabelIsRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "queueafterrefusal"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	lease := s.holdIssue(t, repo, 1)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the reader's label refused", func() bool {
+		return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "labeled" })
+	})
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
+		n := 0
+		for _, d := range s.sim.Deliveries() {
+			if d.Event == "pull_request" && (d.Action == "unlabeled" || d.Action == "labeled") && strings.Contains(string(d.Payload), `"octo/`+repo+`"`) {
+				n++
+			}
+		}
+		return n == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
+}

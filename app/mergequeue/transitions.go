@@ -667,8 +667,6 @@ func (r *run) command(in *intent) error {
 		_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr))
 		return err
 	}
-	prev := r.find(in.pr)
-	bounced := prev != nil && prev.status == StatusBounced
 	pr, err := r.join(in.pr, "/baton queue by @"+in.user, false)
 	if err != nil {
 		return err
@@ -679,17 +677,13 @@ func (r *run) command(in *intent) error {
 		}
 		// In the queue already: perhaps by this command, handled before by
 		// a run that saved the join and ended before it asked for the label.
-		if pr, err = r.getPull(in.pr); err != nil || pr == nil {
-			return err
-		}
 	}
-	if hasLabel(pr, r.q.cfg.Label) && !bounced {
-		return nil
-	}
-	// Joining again after a bounce, the label it carries may be the one
-	// the bounce is removing (its removal waiting its turn): it is added
-	// again after it, or its unlabeled delivery would take the pull
-	// request out. The issue's operations run in the order submitted.
+	// The label is asked for even when the pull request carries it: it
+	// may be one whose removal waits its turn (a bounce's, or that of a
+	// label added by someone who may not write), whose unlabeled delivery
+	// would take the pull request out. The issue's operations run in the
+	// order submitted, so the label comes back after the removal; GitHub
+	// adds a label already there as a no-op.
 	_, err = r.submit(schema.ActionAddLabels, r.issueResource(in.pr), schema.AddLabelsPayload{Labels: []string{r.q.cfg.Label}}, "label", "#"+strconv.Itoa(in.pr))
 	return err
 }
