@@ -70,7 +70,8 @@
 // someone without write permission does not join (its label is removed,
 // or a reconcile would queue it from the label). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
-// happens). A pull request whose base branch is changed (pull_request
+// happens); "/baton dequeue" keeps it as bounced until its label is
+// gone. A pull request whose base branch is changed (pull_request
 // edited with changes.base, or found by a reconcile) bounces: it was
 // queued, and its gate read, for the branch it targeted then, and its
 // author may retarget it; a base branch renamed is the same branch

@@ -356,3 +356,61 @@ func TestQueueCommandWhileARefusedLabelIsRemoved(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
 }
+
+// baton's label for a "/baton queue", delivered after a "/baton dequeue"
+// that followed it (the dequeue's removal of the label waiting its turn),
+// does not queue the pull request again.
+func TestLateLabelOfACommandDoesNotRequeueADequeuedPull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "latelabeldequeued"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	var labeled mergequeue.Event
+	waitFor(t, 30*time.Second, "baton's label delivered", func() bool {
+		for _, d := range s.sim.Deliveries() {
+			var p struct {
+				Sender struct {
+					Type string `json:"type"`
+				} `json:"sender"`
+			}
+			if d.Event == "pull_request" && d.Action == "labeled" && json.Unmarshal(d.Payload, &p) == nil && p.Sender.Type == "Bot" {
+				labeled = mergequeue.Event{DeliveryID: "late-" + d.GUID, Name: d.Event, Action: d.Action,
+					InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+	lease := s.holdIssue(t, repo, 1)
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton dequeue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 dequeued", func() bool {
+		e, ok := s.entryOf(t, repo, 1)
+		return !ok || e.Status == mergequeue.StatusBounced
+	})
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	s.handle(t, labeled)
+	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
+		t.Errorf("baton's late label queued the dequeued pull request: %+v", e)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue, its label gone", func() bool {
+		_, ok := s.entryOf(t, repo, 1)
+		return !ok && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if p := s.pull(t, repo, 1); p.Merged {
+		t.Error("the dequeued pull request merged")
+	}
+}

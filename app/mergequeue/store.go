@@ -21,7 +21,7 @@ const (
 	StatusQueued     = "queued"      // joined (or re-evaluated); the gate has not been read yet
 	StatusEvaluating = "evaluating"  // required checks are still running on the head
 	StatusGatePassed = "gate_passed" // every required check passed on the head: it merges when it is first
-	StatusBounced    = "bounced"     // removed for a failed gate or merge; cleared when its label is gone
+	StatusBounced    = "bounced"     // removed for a failed gate or merge (or dequeued); cleared when its label is gone
 )
 
 // Gate results.

@@ -664,8 +664,10 @@ func (r *run) command(in *intent) error {
 		}
 		// The label is the queue's mark on GitHub (a reconcile re-derives
 		// the queue from it): it goes too.
-		_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr))
-		return err
+		if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr)); err != nil {
+			return err
+		}
+		return r.dequeued(in.pr, in.user)
 	}
 	pr, err := r.join(in.pr, "/baton queue by @"+in.user, false)
 	if err != nil {
@@ -686,6 +688,26 @@ func (r *run) command(in *intent) error {
 	// adds a label already there as a no-op.
 	_, err = r.submit(schema.ActionAddLabels, r.issueResource(in.pr), schema.AddLabelsPayload{Labels: []string{r.q.cfg.Label}}, "label", "#"+strconv.Itoa(in.pr))
 	return err
+}
+
+// dequeued keeps pull request n, dequeued by user while it carries the
+// label, as a bounced entry until the label is gone: the removal asked for
+// waits its turn behind the issue's other operations, and a labeled
+// delivery handled meanwhile (baton's own label for the "/baton queue"
+// before, delivered late) would otherwise join it again from the label
+// still there, and merge it.
+func (r *run) dequeued(n int, user string) error {
+	if r.find(n) != nil {
+		return nil
+	}
+	pr, err := r.getPull(n)
+	if err != nil || pr == nil || pr.GetState() != "open" || !hasLabel(pr, r.q.cfg.Label) {
+		return err
+	}
+	r.st.entries = append(r.st.entries, &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusBounced,
+		queuedAt: r.now.Truncate(time.Microsecond), bounceReason: "dequeued by @" + user + "; its label is being removed", dirty: true})
+	r.note("#%d kept as bounced until its label is gone", n)
+	return nil
 }
 
 // bounce takes e out of the queue for reason: a comment saying why, the
