@@ -68,7 +68,8 @@
 // added at the head before, joins nothing);
 // for the same reason a pull request reopened carrying the label by
 // someone without write permission does not join (its label is removed,
-// or a reconcile would queue it from the label). A label removed, "/baton
+// or a reconcile would queue it from the label, and it is kept as bounced
+// until the label is gone). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
 // happens); "/baton dequeue" keeps it as bounced until its label is
 // gone. A pull request whose base branch is changed (pull_request

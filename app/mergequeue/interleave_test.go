@@ -414,3 +414,46 @@ func TestLateLabelOfACommandDoesNotRequeueADequeuedPull(t *testing.T) {
 		t.Error("the dequeued pull request merged")
 	}
 }
+
+// A reconcile while the removal of a label added by someone who may not
+// write waits its turn does not queue the pull request from that label.
+func TestReconcileDoesNotQueueFromARefusedLabel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "reconcilerefused"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := s.holdIssue(t, repo, 1)
+	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the reader's label refused", func() bool {
+		return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "labeled" })
+	})
+	var rep mergequeue.Report
+	var err error
+	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
+		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !rep.Skipped
+	})
+	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
+		t.Errorf("the reconcile queued #1 from the refused label: %+v; report %+v", e, rep)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue, its label gone", func() bool {
+		_, ok := s.entryOf(t, repo, 1)
+		return !ok && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if s.pull(t, repo, 1).Merged {
+		t.Error("#1 merged from the refused label")
+	}
+}

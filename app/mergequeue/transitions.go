@@ -389,7 +389,8 @@ func (r *run) merged(e *entry, detail string) error {
 
 // refuseJoin keeps pull request n, labelled (labeled) or reopened carrying
 // the label by user, who may not write, out of the queue, and removes the
-// label (a reconcile would queue it again from the label).
+// label (a reconcile would queue it again from the label), keeping it as
+// bounced until the label is gone (keepBounced).
 func (r *run) refuseJoin(n int, user, perm string, labeled bool) error {
 	if labeled {
 		r.note("#%d labelled by @%s (%s permission); not queued", n, user, perm)
@@ -398,8 +399,14 @@ func (r *run) refuseJoin(n int, user, perm string, labeled bool) error {
 		r.note("#%d reopened by @%s (%s permission) with the label; not queued", n, user, perm)
 		r.logInfo("pull request reopened with the label by someone without write permission; not queued", "mergequeue.reopen_refused", n)
 	}
-	_, err := r.submit(schema.ActionRemoveLabel, r.issueResource(n), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(n))
-	return err
+	if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(n), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(n)); err != nil {
+		return err
+	}
+	how := "labelled"
+	if !labeled {
+		how = "reopened with the label"
+	}
+	return r.keepBounced(n, fmt.Sprintf("%s by @%s, who has %s permission; the label is being removed", how, user, perm))
 }
 
 // pushAdvice ends the comment of a pull request that bounced because
@@ -697,6 +704,14 @@ func (r *run) command(in *intent) error {
 // before, delivered late) would otherwise join it again from the label
 // still there, and merge it.
 func (r *run) dequeued(n int, user string) error {
+	return r.keepBounced(n, "dequeued by @"+user+"; its label is being removed")
+}
+
+// keepBounced keeps pull request n, not in the queue and carrying the
+// label, whose removal baton asked for, as a bounced entry (for reason)
+// until the label is gone: neither a late labeled delivery from an App
+// nor a reconcile queues it from the label meanwhile.
+func (r *run) keepBounced(n int, reason string) error {
 	if r.find(n) != nil {
 		return nil
 	}
@@ -705,7 +720,7 @@ func (r *run) dequeued(n int, user string) error {
 		return err
 	}
 	r.st.entries = append(r.st.entries, &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusBounced,
-		queuedAt: r.now.Truncate(time.Microsecond), bounceReason: "dequeued by @" + user + "; its label is being removed", dirty: true})
+		queuedAt: r.now.Truncate(time.Microsecond), bounceReason: truncate(reason, 1000), dirty: true})
 	r.note("#%d kept as bounced until its label is gone", n)
 	return nil
 }
