@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +48,24 @@ func (s *stack) captured(t *testing.T, repo, event, action, sender string) merge
 // label changes on it wait until it is released.
 func (s *stack) holdIssue(t *testing.T, repo string, n int) *coordinator.Lease {
 	t.Helper()
-	res := schema.Resource{Type: schema.ResourceIssue, ID: "octo/" + repo + "#1"}
+	res := schema.Resource{Type: schema.ResourceIssue, ID: "octo/" + repo + "#" + strconv.Itoa(n)}
 	l, err := s.coord.Acquire(context.Background(), res.Key(), "test-holds-the-issue", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// labelDeliveries counts the labeled and unlabeled deliveries of repo
+// (a redelivery is the same one).
+func (s *stack) labelDeliveries(repo string) int {
+	seen := map[string]bool{}
+	for _, d := range s.sim.Deliveries() {
+		if d.Event == "pull_request" && (d.Action == "unlabeled" || d.Action == "labeled") && strings.Contains(string(d.Payload), `"octo/`+repo+`"`) {
+			seen[d.GUID] = true
+		}
+	}
+	return len(seen)
 }
 
 func (s *stack) writerAndReader(t *testing.T, repo string) {
@@ -252,13 +265,7 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 	}
 	// Every delivery the label's removal and addition make handled.
 	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
-		n := 0
-		for _, d := range s.sim.Deliveries() {
-			if d.Event == "pull_request" && (d.Action == "unlabeled" || d.Action == "labeled") && strings.Contains(string(d.Payload), `"octo/`+repo+`"`) {
-				n++
-			}
-		}
-		return n == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
 	// The writer's head merges once its checks pass.
 	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
@@ -343,13 +350,7 @@ func TestQueueCommandWhileARefusedLabelIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
-		n := 0
-		for _, d := range s.sim.Deliveries() {
-			if d.Event == "pull_request" && (d.Action == "unlabeled" || d.Action == "labeled") && strings.Contains(string(d.Payload), `"octo/`+repo+`"`) {
-				n++
-			}
-		}
-		return n == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
 	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
 		t.Fatal(err)
