@@ -93,8 +93,8 @@ func (q *Queue) HandleEvent(ctx context.Context, ev Event) (err error) {
 // lease), whether an event about pull requests or commits the queue may
 // hold can change anything: a check completing on a commit no pull request
 // waiting for its gate is at, or a pull request outside the queue being
-// closed, unlabeled or pushed to without the label, cannot, and is not worth taking the
-// lease (CI reports many checks). Whoever later puts such a pull request or commit in the
+// closed, unlabeled or pushed to without the label, cannot, and is not
+// worth taking the lease (CI reports many checks). Whoever later puts such a pull request or commit in the
 // queue reads GitHub's current state then, so nothing is missed. Joins and
 // commands always take the lease.
 func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (bool, error) {
