@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -188,7 +187,9 @@ type cliResult struct {
 func cliRun(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
 	root := newRootCmd()
-	var out, errb bytes.Buffer
+	// Locked: `lease run` writes its messages while the copy of its
+	// guard's output (exec's goroutine) writes to the same stderr.
+	var out, errb cliLockedBuffer
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	root.SetIn(strings.NewReader(stdin))
@@ -203,7 +204,7 @@ func cliRun(t *testing.T, stdin string, args ...string) cliResult {
 		if errors.As(err, &ee) {
 			code = ee.code
 		}
-		errb.WriteString("baton: " + err.Error() + "\n")
+		_, _ = errb.Write([]byte("baton: " + err.Error() + "\n"))
 	}
 	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
 }
