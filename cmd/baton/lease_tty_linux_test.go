@@ -211,8 +211,8 @@ i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.1; i=$((i+1)); done; echo f
 echo "suspended $?"; read go; fg; echo "status $?"`
 	}
 	// suspend types Ctrl-Z once CMD ran a bit, and checks that CMD stays
-	// stopped for d.
-	suspend := func(t *testing.T, term *cliTerminal, d time.Duration) int {
+	// stopped until until() (called once baton's job stopped).
+	suspend := func(t *testing.T, term *cliTerminal, until func() time.Time) int {
 		t.Helper()
 		term.waitFor(t, "tick 3")
 		pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
@@ -221,7 +221,7 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 		}
 		term.send(t, "\x1a")
 		term.waitFor(t, "suspended 148")
-		time.Sleep(d)
+		time.Sleep(time.Until(until()))
 		_, after, _ := strings.Cut(term.out.String(), "suspended 148")
 		if cliTick.MatchString(after) {
 			t.Errorf("CMD ran while baton was stopped; the terminal shows:\n%s", term.out)
@@ -233,9 +233,14 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 		const key = "issue:octo/demo#62"
 		// With --ttl 9s and --grace 2s, baton stops CMD 3s before the
 		// lease may expire when no renewal got through: 6s after the
-		// acquire. Suspended past that, CMD waits for a renewal on fg.
-		term := cliStartTerminal(t, creds, script(key, "9s"))
-		suspend(t, term, 6500*time.Millisecond)
+		// acquire. Suspended past that, CMD waits for a renewal on fg,
+		// which has until the expiry. Counted from the acquire (the
+		// proxy's time for it), not from the suspension: what comes
+		// between, CMD's start and the Ctrl-Z, takes long on a loaded
+		// machine, and would come out of the renewal's time.
+		proxy := newCLILeaseProxy(t, env.URL)
+		term := cliStartTerminal(t, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin}, script(key, "9s"))
+		suspend(t, term, func() time.Time { return proxy.acquiredAt().Add(6500 * time.Millisecond) })
 		term.send(t, "go\n")
 		term.waitFor(t, "status 0")
 		if !strings.Contains(term.out.String(), "finished") {
@@ -252,7 +257,7 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 		// Suspended past the lease's expiry (3s after the acquire), when
 		// the server lets another take it.
 		term := cliStartTerminal(t, creds, script(key, "3s"))
-		pid := suspend(t, term, 3500*time.Millisecond)
+		pid := suspend(t, term, func() time.Time { return time.Now().Add(3500 * time.Millisecond) })
 		env.clock.Advance(10 * time.Second)
 		if _, err := bob.AcquireLease(ctx, key, "thief", time.Minute); err != nil {
 			t.Fatal(err)
