@@ -17,14 +17,19 @@ import (
 // the command line the shell shows).
 var cliTick = regexp.MustCompile(`tick [0-9]`)
 
-// cliStoppableShell is the shell a CMD that is stopped with Ctrl-Z runs
-// in. Not sh: dash starts commands with vfork(2), and a Ctrl-Z that comes
-// between its child's vfork and exec stops the child while dash waits, in
-// the kernel, for that exec; dash itself never stops, so neither baton nor
-// a shell without baton ever hears that the job stopped, and the terminal
-// hangs (Linux; seen about once in ten Ctrl-Zs on a loaded machine).
+// cliJobShell is the shell a CMD that gets Ctrl-Z or Ctrl-C runs in. Not
+// sh: dash starts commands with vfork(2), and a key that comes around the
+// vfork misses the command (seen about once in ten keys on a loaded
+// machine, with dash and a job-control shell alone, without baton):
+//   - a Ctrl-Z between the child's vfork and its exec stops the child
+//     while dash waits, in the kernel, for that exec; dash never stops, so
+//     nobody hears that the job stopped, and the terminal hangs;
+//   - a Ctrl-C while dash blocks signals for the vfork reaches dash but
+//     not the command it starts, which runs on (sleep 30: 30s); dash,
+//     which catches SIGINT under -c, waits for it before it exits.
+//
 // bash forks.
-const cliStoppableShell = "bash"
+const cliJobShell = "bash"
 
 // cliTerminal is a shell script run as the session leader of a pseudo-
 // terminal, the way a user runs baton from a terminal.
@@ -168,7 +173,7 @@ echo "status $?"`)
 	t.Run("Ctrl-C reaches CMD once; baton exits with its status", func(t *testing.T) {
 		t.Parallel()
 		const key = "issue:octo/demo#61"
-		term := cliStartTerminal(t, creds, `"$BATON" lease run '`+key+`' -- sh -c 'n=0; trap "n=\$((n+1))" INT; echo ready
+		term := cliStartTerminal(t, creds, `"$BATON" lease run '`+key+`' -- `+cliJobShell+` -c 'n=0; trap "n=\$((n+1))" INT; echo ready
 i=0; while [ $n = 0 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; echo "interrupts $n"
 trap - INT; echo again; sleep 30'
 echo "status $?"`)
@@ -202,11 +207,10 @@ func TestLeaseRunSuspended(t *testing.T) {
 	// The subtests run one after the other: the second moves the server's
 	// clock.
 	// A job-control shell, as a user's: Ctrl-Z gives it the terminal back.
-	// CMD is bash, not sh (dash), whatever the shell: see
-	// cliStoppableShell.
+	// CMD is bash, not sh (dash): see cliJobShell.
 	script := func(key, ttl string) string {
 		return `set -m
-"$BATON" lease run '` + key + `' --ttl ` + ttl + ` --grace 2s -- ` + cliStoppableShell + ` -c 'echo "pid $$"
+"$BATON" lease run '` + key + `' --ttl ` + ttl + ` --grace 2s -- ` + cliJobShell + ` -c 'echo "pid $$"
 i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.1; i=$((i+1)); done; echo finished'
 echo "suspended $?"; read go; fg; echo "status $?"`
 	}
@@ -265,7 +269,7 @@ echo "suspended $?"; read go; fg; echo "status $?"`
 		term.send(t, "go\n")
 		term.waitFor(t, "status 4")
 		_, after, _ := strings.Cut(term.out.String(), "suspended 148")
-		if cliTick.MatchString(after) || !strings.Contains(after, "; stopping "+cliStoppableShell) {
+		if cliTick.MatchString(after) || !strings.Contains(after, "; stopping "+cliJobShell) {
 			t.Errorf("the terminal shows:\n%s", term.out)
 		}
 		if cliAlive(pid) {
@@ -379,7 +383,7 @@ func TestLeaseRunSuspendedStopsTheGroup(t *testing.T) {
 	// With --ttl 12s and --grace 2s, CMD is stopped 4s before the lease
 	// may expire when no renewal got through: 8s after the acquire.
 	term := cliStartTerminal(t, creds, `set -m
-"$BATON" lease run 'issue:octo/demo#67' --ttl 12s --grace 2s -- `+cliStoppableShell+` -c 'echo "pid $$"
+"$BATON" lease run 'issue:octo/demo#67' --ttl 12s --grace 2s -- `+cliJobShell+` -c 'echo "pid $$"
 (trap "" TSTP; while :; do echo x >>"$MARKS"; sleep 0.05; done) &
 i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.1; i=$((i+1)); done; kill $!; echo finished'
 echo "suspended $?"; read go; fg; echo "status $?"`)
