@@ -288,7 +288,7 @@ func newLeaseRunCmd() *cobra.Command {
 		Use:   "run KEY [--ttl DURATION] [--wait] [--owner OWNER] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lease, renewing it",
 		Long: `Run takes the lease on KEY, runs CMD while holding it, renews it every TTL/3
-(each renewal scheduled after the previous one finished) and releases it
+(each renewal a third of the TTL after the previous one was sent) and releases it
 when CMD exits.
 
 CMD finds the lease in its environment: BATON_LEASE_KEY, BATON_LEASE_OWNER
@@ -473,7 +473,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	exited := make(chan error, 1)
 	go func() { exited <- child.cmd.Wait() }()
 
-	// Renew every TTL/3 after the previous renewal finished; the lease is
+	// Renew every TTL/3 after the previous renewal was asked; the lease is
 	// lost when a renewal is refused, or when none succeeded by stopAt:
 	// leaseStopLead before the lease may expire, so that CMD is stopped
 	// (SIGKILL included) while the lease is still ours, before another
@@ -542,7 +542,9 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			switch {
 			case err == nil:
 				st.renewed(asked.Add(o.ttl - lead))
-				next = time.Now().Add(o.ttl / 3)
+				// From when it was asked, as the lease's new expiry is: a
+				// slow answer does not eat into the next renewal's time.
+				next = asked.Add(o.ttl / 3)
 				select {
 				case renewed <- struct{}{}:
 				default:

@@ -26,6 +26,7 @@ type cliLeaseProxy struct {
 	down         atomic.Bool // every request gets its connection closed unanswered
 	failRenewals atomic.Bool
 	hangRenewals atomic.Bool  // renewals wait for their client to give up
+	slowRenewals atomic.Int64 // renewals are passed on after this long (nanoseconds)
 	renewals     atomic.Int64 // renewals received
 	mu           sync.Mutex
 	acquired     time.Time // when the last acquire was passed on
@@ -62,6 +63,14 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 		case strings.HasSuffix(r.URL.EscapedPath(), "/renew") && p.failRenewals.Load():
 			http.Error(w, "away", http.StatusServiceUnavailable)
 			return
+		case strings.HasSuffix(r.URL.EscapedPath(), "/renew") && p.slowRenewals.Load() > 0:
+			select {
+			case <-time.After(time.Duration(p.slowRenewals.Load())):
+			case <-r.Context().Done():
+				return
+			case <-closing:
+				return
+			}
 		case strings.HasSuffix(r.URL.EscapedPath(), "/acquire"):
 			p.mu.Lock()
 			p.acquired = time.Now()
@@ -112,6 +121,32 @@ func TestLeaseRunStopsCMDBeforeTheLeaseExpires(t *testing.T) {
 	}
 	if code := p.wait(t, 30*time.Second); code != exitLeaseLost {
 		t.Errorf("exit %d, want %d; stderr: %s", code, exitLeaseLost, p.stderr)
+	}
+}
+
+// Renewals keep their pace when the server is slow to answer: each is
+// asked a third of the TTL after the one before was asked, not after it
+// was answered, so a slow answer does not eat into the next one's time.
+// With a 9s TTL the lease is stopped 3s before it may expire (6s after a
+// renewal was asked); renewals that take 2.2s each must be asked 3s apart
+// (done at 5.2s) and not 5.2s apart (the second done at 10.4s, too late).
+func TestLeaseRunRenewsOnTimeWhenTheServerIsSlow(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	proxy.slowRenewals.Store(int64(2200 * time.Millisecond))
+	const key = "issue:octo/demo#54"
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--ttl", "9s", "--grace", "1s", "--", "sh", "-c", "sleep 13; echo done")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Errorf("exit %d, want CMD's 0; stderr: %s", code, p.stderr)
+	}
+	if !strings.Contains(p.stdout.String(), "done") {
+		t.Errorf("the command did not finish: stdout %q", p.stdout)
+	}
+	if n := proxy.renewals.Load(); n < 3 {
+		t.Errorf("%d renewals in 13s of a 9s lease, want at least 3", n)
 	}
 }
 

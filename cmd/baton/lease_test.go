@@ -86,9 +86,8 @@ func TestLeaseTTLBounds(t *testing.T) {
 		t.Errorf("the lease after refused commands: %+v, %v", st, err)
 	}
 	// The bounds themselves are taken; run counts from the TTL it sent.
-	// Each renewal of a 1s lease has a third of a second, less the time
-	// the call before it took: on a loaded machine one may miss it, and
-	// the lease is lost (exit 4). A run counting from another TTL fails
+	// Each renewal of a 1s lease has a third of a second: on a loaded
+	// machine one may miss it, and the lease is lost (exit 4). A run counting from another TTL fails
 	// every time.
 	for try := range 3 {
 		r := cliRun(t, "", "lease", "run", fmt.Sprintf("issue:octo/demo#%d", 34+try), "--ttl", "1s",
