@@ -476,3 +476,34 @@ func TestLateLabelOfACommandDoesNotRequeueABouncedPull(t *testing.T) {
 		t.Error("the label is still on #1")
 	}
 }
+
+// "/baton queue" on a pull request whose required check failed already
+// bounces it at once, and leaves no label on it: the label asked for after
+// the bounce's removal would stay, saying "queued" on a pull request out
+// of the queue.
+func TestQueueCommandOnAFailedGateLeavesNoLabel(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "queuefailedgate"
+	s.repo(t, repo, 1, []string{"ci"})
+	if err := s.sim.SetPermission("octo", repo, "writer", "write"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "failure"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 bounced", func() bool { return len(s.botComments(t, repo, 1, "the checks on")) == 1 })
+	s.waitIdle(t)
+	if ops := s.issueOps(t, repo, 1, schema.ActionAddLabels); len(ops) != 0 {
+		t.Errorf("%d label operations for a pull request that bounced at once", len(ops))
+	}
+	if p := s.pull(t, repo, 1); slices.Contains(p.Labels, "baton:queue") {
+		t.Errorf("the label is on #1, which bounced: %v", p.Labels)
+	}
+	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
+		t.Errorf("#1: %+v (in the queue: %v)", e, ok)
+	}
+}

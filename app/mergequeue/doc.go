@@ -24,8 +24,9 @@
 // added by someone with write permission (or by an App: baton adds it
 // for a command), when it is reopened carrying it by someone with write
 // permission, or on a "/baton queue" comment by someone with write
-// permission (baton then adds the label: the label is
-// the queue's mark on GitHub, which a reconcile re-derives the queue from).
+// permission (baton then adds the label, unless it bounced at once: the
+// label is the queue's mark on GitHub, which a reconcile re-derives the
+// queue from).
 // A delivery is applied to the pull request as GitHub has it when the
 // delivery is handled, not as the delivery says: GitHub does not keep
 // deliveries in order and redelivers missed ones late, so a label (or

@@ -676,18 +676,18 @@ func (r *run) command(in *intent) error {
 		}
 		return r.dequeued(in.pr, in.user)
 	}
-	pr, err := r.join(in.pr, "/baton queue by @"+in.user, false)
-	if err != nil {
+	if _, err := r.join(in.pr, "/baton queue by @"+in.user, false); err != nil {
 		return err
 	}
-	if pr == nil {
-		if e := r.find(in.pr); e == nil || e.status == StatusBounced {
-			return nil // not queued
-		}
-		// In the queue already: perhaps by this command, handled before by
-		// a run that saved the join and ended before it asked for the label.
+	if e := r.find(in.pr); e == nil || e.status == StatusBounced {
+		// Not queued, or bounced at once (its checks had failed): the
+		// bounce asked for the label's removal, and a label added after
+		// it would stay on a pull request out of the queue.
+		return nil
 	}
-	// The label is asked for even when the pull request carries it: it
+	// In the queue: joined now, or already (perhaps by this command,
+	// handled before by a run that saved the join and ended before it
+	// asked for the label). The label is asked for even when the pull request carries it: it
 	// may be one whose removal waits its turn (a bounce's, or that of a
 	// label added by someone who may not write), whose unlabeled delivery
 	// would take the pull request out. The operations run in the
