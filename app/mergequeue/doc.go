@@ -73,7 +73,8 @@
 // until the label is gone). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
 // happens); "/baton dequeue" keeps it as bounced until its label is
-// gone. A pull request whose base branch is changed (pull_request
+// gone (also when the label its "/baton queue" asked for is not on it
+// yet: baton's label, added later, does not queue it again). A pull request whose base branch is changed (pull_request
 // edited with changes.base, or found by a reconcile) bounces: it was
 // queued, and its gate read, for the branch it targeted then, and its
 // author may retarget it; a base branch renamed is the same branch

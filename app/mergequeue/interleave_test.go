@@ -458,3 +458,65 @@ func TestReconcileDoesNotQueueFromARefusedLabel(t *testing.T) {
 		t.Error("#1 merged from the refused label")
 	}
 }
+
+// "/baton dequeue" right after a "/baton queue", before the label the
+// queue command asked for was added: baton's label, added then and
+// delivered before the dequeue's removal of it (failing on GitHub's side
+// here), does not queue the pull request again, and it does not merge.
+func TestDequeueBeforeTheQueueCommandsLabelIsAdded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, stackOptions{})
+	const repo = "dequeuebeforelabel"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	head := s.pull(t, repo, 1).HeadSHA
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "in_progress"}); err != nil {
+		t.Fatal(err)
+	}
+	fault, err := s.sim.SetFault(ghsim.Fault{Route: "DELETE /repos/octo/" + repo + "/issues/{number}/labels/{name...}", Kind: ghsim.FaultStatus, Status: 500, Count: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := s.holdIssue(t, repo, 1)
+	for i, c := range []string{"/baton queue", "/baton dequeue"} {
+		if _, err := s.sim.AddComment("octo", repo, 1, c, "writer"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, c+" handled", func() bool { return len(s.audit(t, repo)) == i+1 })
+	}
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.coord.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "baton's label delivered and handled", func() bool {
+		return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "labeled" })
+	})
+	s.waitIdle(t)
+	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
+		t.Errorf("baton's label queued the dequeued pull request again: %+v", e)
+	}
+	if p := s.pull(t, repo, 1); p.Merged {
+		t.Fatal("the dequeued pull request merged")
+	}
+	// GitHub answers again: the next reconcile removes the label, and the
+	// entry goes with it.
+	s.sim.ClearFault(fault)
+	var rep mergequeue.Report
+	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
+		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !rep.Skipped
+	})
+	waitFor(t, 30*time.Second, "#1 out of the queue, its label gone", func() bool {
+		_, ok := s.entryOf(t, repo, 1)
+		return !ok && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if p := s.pull(t, repo, 1); p.Merged {
+		t.Error("the dequeued pull request merged")
+	}
+}

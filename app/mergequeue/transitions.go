@@ -406,7 +406,7 @@ func (r *run) refuseJoin(n int, user, perm string, labeled bool) error {
 	if !labeled {
 		how = "reopened with the label"
 	}
-	return r.keepBounced(n, fmt.Sprintf("%s by @%s, who has %s permission; the label is being removed", how, user, perm))
+	return r.keepBounced(n, fmt.Sprintf("%s by @%s, who has %s permission; the label is being removed", how, user, perm), false)
 }
 
 // pushAdvice ends the comment of a pull request that bounced because
@@ -666,6 +666,8 @@ func (r *run) command(in *intent) error {
 		r.commands = append(r.commands, commandRow{pr: in.pr, commentID: in.commentID})
 	}
 	if in.dequeue {
+		e := r.find(in.pr)
+		inLine := e != nil && e.status != StatusBounced
 		if err := r.leave(in.pr, "/baton dequeue by @"+in.user); err != nil {
 			return err
 		}
@@ -674,7 +676,7 @@ func (r *run) command(in *intent) error {
 		if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr)); err != nil {
 			return err
 		}
-		return r.dequeued(in.pr, in.user)
+		return r.dequeued(in.pr, in.user, inLine)
 	}
 	if _, err := r.join(in.pr, "/baton queue by @"+in.user, false); err != nil {
 		return err
@@ -698,25 +700,29 @@ func (r *run) command(in *intent) error {
 }
 
 // dequeued keeps pull request n, dequeued by user while it carries the
-// label, as a bounced entry until the label is gone: the removal asked for
-// waits its turn behind the issue's other operations, and a labeled
-// delivery handled meanwhile (baton's own label for the "/baton queue"
-// before, delivered late) would otherwise join it again from the label
-// still there, and merge it.
-func (r *run) dequeued(n int, user string) error {
-	return r.keepBounced(n, "dequeued by @"+user+"; its label is being removed")
+// label or while it was in line (inLine), as a bounced entry until the
+// label is gone: the removal asked for waits its turn behind the issue's
+// other operations, and a labeled delivery handled meanwhile (baton's own
+// label for the "/baton queue" before, delivered late) would otherwise
+// join it again from the label still there, and merge it. A pull request
+// in line may not carry the label yet: the "/baton queue" that queued it
+// asked for it, and that operation may not have run yet (it runs before
+// the removal).
+func (r *run) dequeued(n int, user string, inLine bool) error {
+	return r.keepBounced(n, "dequeued by @"+user+"; its label is being removed", inLine)
 }
 
 // keepBounced keeps pull request n, not in the queue and carrying the
-// label, whose removal baton asked for, as a bounced entry (for reason)
-// until the label is gone: neither a late labeled delivery from an App
-// nor a reconcile queues it from the label meanwhile.
-func (r *run) keepBounced(n int, reason string) error {
+// label (or, if unlabelled, without it too), whose removal baton asked
+// for, as a bounced entry (for reason) until the label is gone: neither a
+// late labeled delivery from an App nor a reconcile queues it from the
+// label meanwhile.
+func (r *run) keepBounced(n int, reason string, unlabelled bool) error {
 	if r.find(n) != nil {
 		return nil
 	}
 	pr, err := r.getPull(n)
-	if err != nil || pr == nil || pr.GetState() != "open" || !hasLabel(pr, r.q.cfg.Label) {
+	if err != nil || pr == nil || pr.GetState() != "open" || (!unlabelled && !hasLabel(pr, r.q.cfg.Label)) {
 		return err
 	}
 	r.st.entries = append(r.st.entries, &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusBounced,
