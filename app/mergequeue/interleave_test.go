@@ -17,8 +17,9 @@ import (
 )
 
 // captured waits for the simulator's delivery of event and action sent
-// by sender, and returns it as the queue would be handed it again, under
-// a new delivery ID (a late or replayed copy).
+// by sender ("": by an App, baton's own), and returns it as the queue
+// would be handed it again, under a new delivery ID (a late or replayed
+// copy).
 func (s *stack) captured(t *testing.T, repo, event, action, sender string) mergequeue.Event {
 	t.Helper()
 	var ev mergequeue.Event
@@ -27,13 +28,14 @@ func (s *stack) captured(t *testing.T, repo, event, action, sender string) merge
 			var p struct {
 				Sender struct {
 					Login string `json:"login"`
+					Type  string `json:"type"`
 				} `json:"sender"`
 				Repository struct {
 					FullName string `json:"full_name"`
 				} `json:"repository"`
 			}
 			if d.Event == event && d.Action == action && json.Unmarshal(d.Payload, &p) == nil &&
-				p.Sender.Login == sender && p.Repository.FullName == "octo/"+repo {
+				(p.Sender.Login == sender || sender == "" && p.Sender.Type == "Bot") && p.Repository.FullName == "octo/"+repo {
 				ev = mergequeue.Event{DeliveryID: "late-" + d.GUID, Name: d.Event, Action: d.Action,
 					InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
 				return true
@@ -77,41 +79,49 @@ func (s *stack) writerAndReader(t *testing.T, repo string) {
 	}
 }
 
-// The label added by a person who may write, delivered (again, or late)
-// after a push by a reader bounced the pull request while the bounce's
-// removal of the label waits its turn, does not queue the reader's head:
-// the label was added at the head before.
-func TestLateLabelOfAPersonDoesNotRequeueABouncedPull(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{})
-	const repo = "latepersonlabel"
-	s.repo(t, repo, 1, []string{"ci"})
-	s.writerAndReader(t, repo)
+// labelledByWriter has the writer label pull request #1 and waits until
+// it is queued.
+func (s *stack) labelledByWriter(t *testing.T, repo string) {
+	t.Helper()
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
 		t.Fatal(err)
 	}
-	labeled := s.captured(t, repo, "pull_request", "labeled", "writer")
 	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+}
 
-	lease := s.holdIssue(t, repo, 1)
+// pushedByReader has the reader push to pull request #1 and waits until
+// the push bounced it; it returns the reader's head.
+func (s *stack) pushedByReader(t *testing.T, repo string) string {
+	t.Helper()
 	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
-		e, ok := s.entryOf(t, repo, 1)
-		return ok && e.Status == mergequeue.StatusBounced
-	})
-	// The reader's head passes its checks: queued, it would merge.
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
+	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool { return s.isBounced(t, repo, 1) })
+	return head
+}
+
+// isBounced reports whether pull request n has a bounced entry.
+func (s *stack) isBounced(t *testing.T, repo string, n int) bool {
+	t.Helper()
+	e, ok := s.entryOf(t, repo, n)
+	return ok && e.Status == mergequeue.StatusBounced
+}
+
+// checksPass has the required check "ci" pass on sha.
+func (s *stack) checksPass(t *testing.T, repo, sha string) {
+	t.Helper()
+	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: sha, Status: "completed", Conclusion: "success"}); err != nil {
 		t.Fatal(err)
 	}
-	s.handle(t, labeled)
-	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
-		t.Errorf("the writer's late label queued the reader's head: %+v (in the queue: %v)", e, ok)
-	}
-	if err := s.coord.Release(ctx, lease); err != nil {
+}
+
+// releasedAndOut releases the issue's lease held, waits until the label's
+// removal took #1 out of the queue, and checks that it neither merged nor
+// carries the label.
+func (s *stack) releasedAndOut(t *testing.T, repo string, lease *coordinator.Lease) {
+	t.Helper()
+	if err := s.coord.Release(context.Background(), lease); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
@@ -130,26 +140,15 @@ func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
 	const repo = "reconcilebounced"
 	s.repo(t, repo, 1, []string{"ci"})
 	s.writerAndReader(t, repo)
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	s.labelledByWriter(t, repo)
 
 	lease := s.holdIssue(t, repo, 1)
-	if _, err := s.sim.PushPull("octo", repo, 1, "", "reader"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
-		e, ok := s.entryOf(t, repo, 1)
-		return ok && e.Status == mergequeue.StatusBounced
-	})
+	s.pushedByReader(t, repo)
 	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
+	s.checksPass(t, repo, head)
 	var rep mergequeue.Report
 	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
 		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
@@ -161,13 +160,7 @@ func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
 	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
 		t.Errorf("the reconcile queued the reader's new head: %+v (in the queue: %v); report %+v", e, ok, rep)
 	}
-	if err := s.coord.Release(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
-	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
-		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
-	}
+	s.releasedAndOut(t, repo, lease)
 }
 
 // pullEvent is a pull_request delivery of action on #n at head, sent by
@@ -205,9 +198,7 @@ func TestPushByAReaderBeforeTheLabelIsHandledBounces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
-				t.Fatal(err)
-			}
+			s.checksPass(t, repo, head)
 			s.handle(t, pullEvent(repo, 1, "synchronize", head, pusher, repo+"-push", true))
 			s.handle(t, pullEvent(repo, 1, "labeled", before, "writer", repo+"-label", true))
 			if pusher == "writer" {
@@ -239,20 +230,10 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 	const repo = "queueafterbounce"
 	s.repo(t, repo, 1, []string{"ci"})
 	s.writerAndReader(t, repo)
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	s.labelledByWriter(t, repo)
 
 	lease := s.holdIssue(t, repo, 1)
-	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
-		e, ok := s.entryOf(t, repo, 1)
-		return ok && e.Status == mergequeue.StatusBounced
-	})
+	head := s.pushedByReader(t, repo)
 	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
 		t.Fatal(err)
 	}
@@ -268,61 +249,8 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
 	})
 	// The writer's head merges once its checks pass.
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
+	s.checksPass(t, repo, head)
 	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
-}
-
-// The reopening of a pull request carrying the label, by someone who may
-// write, delivered (again, or late) after a push by a reader bounced it
-// while the bounce's removal of the label waits its turn, does not queue
-// the reader's head: it was reopened at the head before.
-func TestLateReopeningDoesNotRequeueABouncedPull(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newStack(t, stackOptions{})
-	const repo = "latereopened"
-	s.repo(t, repo, 1, []string{"ci"})
-	s.writerAndReader(t, repo)
-	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
-	for _, closed := range []bool{true, false} {
-		if err := s.sim.ClosePull("octo", repo, 1, closed, "writer"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reopened := s.captured(t, repo, "pull_request", "reopened", "writer")
-	waitFor(t, 30*time.Second, "#1 queued again", func() bool {
-		_, ok := s.entryOf(t, repo, 1)
-		return ok && slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "reopened" })
-	})
-
-	lease := s.holdIssue(t, repo, 1)
-	head, err := s.sim.PushPull("octo", repo, 1, "", "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 bounced by the push", func() bool {
-		e, ok := s.entryOf(t, repo, 1)
-		return ok && e.Status == mergequeue.StatusBounced
-	})
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
-	s.handle(t, reopened)
-	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
-		t.Errorf("the late reopening queued the reader's head: %+v (in the queue: %v)", e, ok)
-	}
-	if err := s.coord.Release(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
-	if p := s.pull(t, repo, 1); p.Merged || slices.Contains(p.Labels, "baton:queue") {
-		t.Errorf("#1 after the label's removal: merged %v, labels %v", p.Merged, p.Labels)
-	}
 }
 
 // "/baton queue" by someone who may write, while the removal of a label
@@ -371,22 +299,7 @@ func TestLateLabelOfACommandDoesNotRequeueADequeuedPull(t *testing.T) {
 	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
 		t.Fatal(err)
 	}
-	var labeled mergequeue.Event
-	waitFor(t, 30*time.Second, "baton's label delivered", func() bool {
-		for _, d := range s.sim.Deliveries() {
-			var p struct {
-				Sender struct {
-					Type string `json:"type"`
-				} `json:"sender"`
-			}
-			if d.Event == "pull_request" && d.Action == "labeled" && json.Unmarshal(d.Payload, &p) == nil && p.Sender.Type == "Bot" {
-				labeled = mergequeue.Event{DeliveryID: "late-" + d.GUID, Name: d.Event, Action: d.Action,
-					InstallationID: d.InstallationID, Repository: "octo/" + repo, Payload: d.Payload}
-				return true
-			}
-		}
-		return false
-	})
+	labeled := s.captured(t, repo, "pull_request", "labeled", "")
 	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
 
 	lease := s.holdIssue(t, repo, 1)
@@ -485,9 +398,7 @@ func TestDequeueBeforeTheQueueCommandsLabelIsAdded(t *testing.T) {
 		}
 		waitFor(t, 30*time.Second, c+" handled", func() bool { return len(s.audit(t, repo)) == i+1 })
 	}
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: head, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
+	s.checksPass(t, repo, head)
 	if err := s.coord.Release(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
@@ -518,5 +429,69 @@ func TestDequeueBeforeTheQueueCommandsLabelIsAdded(t *testing.T) {
 	})
 	if p := s.pull(t, repo, 1); p.Merged {
 		t.Error("the dequeued pull request merged")
+	}
+}
+
+// A delivery that would join a pull request, handled late (or again) after
+// a push by a reader bounced it while the bounce's removal of the label
+// waits its turn, does not queue the reader's head: whoever labelled or
+// reopened it vouched for the head before.
+func TestLateJoinsDoNotRequeueABouncedPull(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	for _, tc := range []struct {
+		name string
+		// join puts #1 in the queue and returns the delivery that did.
+		join func(t *testing.T, repo string) mergequeue.Event
+	}{
+		{"label by a writer", func(t *testing.T, repo string) mergequeue.Event {
+			if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+				t.Fatal(err)
+			}
+			return s.captured(t, repo, "pull_request", "labeled", "writer")
+		}},
+		{"baton's label for a command", func(t *testing.T, repo string) mergequeue.Event {
+			if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+				t.Fatal(err)
+			}
+			return s.captured(t, repo, "pull_request", "labeled", "")
+		}},
+		{"reopening by a writer", func(t *testing.T, repo string) mergequeue.Event {
+			s.labelledByWriter(t, repo)
+			for _, closed := range []bool{true, false} {
+				if err := s.sim.ClosePull("octo", repo, 1, closed, "writer"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ev := s.captured(t, repo, "pull_request", "reopened", "writer")
+			waitFor(t, 30*time.Second, "the reopening handled", func() bool {
+				return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "reopened" })
+			})
+			return ev
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			repo := "latejoin-" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "'", "")
+			s.repo(t, repo, 1, []string{"ci"})
+			s.writerAndReader(t, repo)
+			late := tc.join(t, repo)
+			waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+
+			// The issue's lease held by someone else: the bounce's comment
+			// and label removal wait, and the label stays on.
+			lease := s.holdIssue(t, repo, 1)
+			head := s.pushedByReader(t, repo)
+			if !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue") {
+				t.Fatal("the label went while its removal's lease was held")
+			}
+			// The reader's head passes its checks: queued, it would merge.
+			s.checksPass(t, repo, head)
+			s.handle(t, late)
+			if !s.isBounced(t, repo, 1) {
+				t.Errorf("the late delivery queued the reader's head: %+v", s.entries(t, repo))
+			}
+			s.releasedAndOut(t, repo, lease)
+		})
 	}
 }
