@@ -262,3 +262,34 @@ func TestGitHubPayloadsMergeQueue(t *testing.T) {
 	}
 	step("pull_request.unlabeled.json", "pull_request", nil)
 }
+
+// A label deleted from the repository is taken off every pull request
+// that had it, and GitHub's unlabeled deliveries then carry no label. A
+// pull request whose queue label was deleted so leaves the queue (GitHub
+// is asked which labels it has), as when the label is removed from it;
+// it is not merged without the label.
+func TestGitHubPayloadsQueueLabelDeleted(t *testing.T) {
+	e := newPayloadEnv(t)
+	if _, err := e.sim.AddCheckRun("octo", "demo", ghsim.NewCheckRun{Name: "ci", HeadSHA: ghsim.DemoHeadSHA(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.AddLabel("octo", "demo", 2, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	if got := e.queued(); !slices.Equal(got, []int{2}) {
+		t.Fatalf("queued %v, want [2]", got)
+	}
+	// The label goes; GitHub's delivery of it is the one below.
+	e.sim.SetWebhook("", "")
+	if err := e.sim.RemoveLabel("octo", "demo", 2, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	code, rec := e.deliver("pull_request", e.payload("pull_request.unlabeled.label-deleted.json"), nil)
+	if code != http.StatusAccepted || rec.State != DeliveryHandled {
+		t.Fatalf("answer %d, delivery %+v", code, rec)
+	}
+	if got := e.queued(); len(got) != 0 {
+		t.Errorf("queued %v after its label was deleted, want none", got)
+	}
+}

@@ -72,7 +72,9 @@
 // or a reconcile would queue it from the label, and it is kept as bounced
 // until the label is gone). A label removed, "/baton
 // dequeue" or the pull request closed takes it out (absent: nothing
-// happens); "/baton dequeue" keeps it as bounced until its label is
+// happens; a label deleted from the repository, whose unlabeled
+// deliveries do not say which label went, takes out a pull request in
+// line that GitHub says no longer has the label); "/baton dequeue" keeps it as bounced until its label is
 // gone (also when the label its "/baton queue" asked for is not on it
 // yet: baton's label, added later, does not queue it again). A pull request whose base branch is changed (pull_request
 // edited with changes.base, or found by a reconcile) bounces: it was

@@ -157,6 +157,17 @@ type intent struct {
 	// commentID is, for intentCommand, the GitHub ID of the comment (0 if
 	// the payload has none).
 	commentID int64
+	// labelUnknown is set for an intentLeave from an unlabeled delivery
+	// that does not say which label went (one deleted from the
+	// repository): the pull request leaves only if GitHub says it no
+	// longer has the queue's label.
+	labelUnknown bool
+}
+
+// isLabel tells whether l is the queue's label (case and surrounding
+// blanks aside).
+func (q *Queue) isLabel(l labelPayload) bool {
+	return strings.EqualFold(strings.TrimSpace(l.Name), q.cfg.Label)
 }
 
 // command finds a merge queue command in a comment: a line that is
@@ -188,7 +199,14 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		}
 		switch action {
 		case "labeled", "unlabeled":
-			if p.Label == nil || !strings.EqualFold(strings.TrimSpace(p.Label.Name), q.cfg.Label) {
+			if p.Label == nil && action == "unlabeled" && !slices.ContainsFunc(pr.Labels, q.isLabel) {
+				// A label deleted from the repository is taken off every
+				// pull request that had it, and GitHub's deliveries of that
+				// carry no label: it may have been the queue's (the pull
+				// request's labels, as they were after, no longer have it).
+				return &intent{kind: intentLeave, pr: pr.Number, labelUnknown: true}, nil
+			}
+			if p.Label == nil || !q.isLabel(labelPayload{Name: p.Label.Name}) {
 				return nil, nil
 			}
 			if action == "labeled" {
@@ -217,7 +235,7 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 		case "synchronize":
 			// Who pushed: someone without write permission takes the pull
 			// request out of the queue (reevaluate).
-			labeled := slices.ContainsFunc(pr.Labels, func(l labelPayload) bool { return strings.EqualFold(l.Name, q.cfg.Label) })
+			labeled := slices.ContainsFunc(pr.Labels, q.isLabel)
 			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: p.Sender.Login, labeled: labeled}, nil
 		case "reopened":
 			for _, l := range pr.Labels {

@@ -36,6 +36,10 @@ func TestParse(t *testing.T) {
 			&intent{kind: intentJoin, pr: 4, labeled: true, sha: "abc"}},
 		{"our label removed", pull("unlabeled", `,"label":{"name":"baton:queue"}`), &intent{kind: intentLeave, pr: 4}},
 		{"another label", pull("labeled", `,"label":{"name":"bug"}`), nil},
+		{"a label deleted while the pull request still has ours", pull("unlabeled", ""), nil},
+		{"a label deleted, ours gone", Event{DeliveryID: "d", Name: "pull_request", Action: "unlabeled", Payload: []byte(
+			`{"action":"unlabeled","number":4,"pull_request":{"number":4,"state":"open","head":{"sha":"abc","repo":null},"labels":[]},` + repo + `}`)},
+			&intent{kind: intentLeave, pr: 4, labelUnknown: true}},
 		{"closed", pull("closed", ""), &intent{kind: intentClosed, pr: 4}},
 		{"new commits", pull("synchronize", ""), &intent{kind: intentReevaluate, pr: 4, sha: "abc", labeled: true}},
 		{"reopened with the label", pull("reopened", ""), &intent{kind: intentJoin, pr: 4, sha: "abc"}},

@@ -72,7 +72,7 @@ func (r *run) apply(in *intent) error {
 			return err
 		}
 	case intentLeave:
-		if err := r.unlabeled(in.pr); err != nil {
+		if err := r.unlabeled(in.pr, in.labelUnknown); err != nil {
 			return err
 		}
 	case intentCommand:
@@ -175,9 +175,15 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 
 // unlabeled takes pull request n out of the queue as its label was
 // removed, unless the pull request carries the label again: the delivery
-// is a late one.
-func (r *run) unlabeled(n int) error {
-	if e := r.find(n); e != nil && e.status != StatusBounced {
+// is a late one. When the delivery did not say which label was removed
+// (labelUnknown: a label deleted from the repository), only a pull request
+// in line, which GitHub says no longer has the label, leaves.
+func (r *run) unlabeled(n int, labelUnknown bool) error {
+	e := r.find(n)
+	if labelUnknown && (e == nil || e.status == StatusBounced) {
+		return nil
+	}
+	if e != nil && e.status != StatusBounced {
 		pr, err := r.getPull(n)
 		if err != nil {
 			return err
