@@ -191,6 +191,11 @@ func TestGitHubPayloadsInstallations(t *testing.T) {
 	}
 
 	t.Run("repository.renamed.json", func(t *testing.T) {
+		// Renamed on GitHub; its delivery is the one below.
+		e.sim.SetWebhook("", "")
+		if err := e.sim.RenameRepo("octo", "demo", "hello-world", ""); err != nil {
+			t.Fatal(err)
+		}
 		code, rec := e.deliver("repository", e.payload("repository.renamed.json"), nil)
 		if code != http.StatusAccepted || rec.State != DeliveryHandled {
 			t.Fatalf("answer %d, delivery %+v", code, rec)
