@@ -83,6 +83,10 @@ func (e *payloadEnv) deliver(event string, body []byte, headers map[string]strin
 	req.Header.Set("X-Hub-Signature", "sha1=0000000000000000000000000000000000000000")
 	req.Header.Set("X-Hub-Signature-256", webhookSignature(e.sim.WebhookSecret(), body))
 	for k, v := range headers {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -190,6 +194,21 @@ func TestGitHubPayloadsInstallations(t *testing.T) {
 		})
 	}
 
+	// An Enterprise Server too old to sign with SHA-256 (X-Hub-Signature
+	// only) is refused, 401, and nothing is recorded.
+	t.Run("sha1 signature only", func(t *testing.T) {
+		before := ledgerAll(t, context.Background(), e.srv.ledger)
+		code, _ := e.deliver("installation", e.payload("installation.deleted.json"),
+			map[string]string{"X-Hub-Signature-256": "", "X-GitHub-Enterprise-Host": "github.example.com"})
+		if code != http.StatusUnauthorized {
+			t.Errorf("answer %d, want 401", code)
+		}
+		if after := ledgerAll(t, context.Background(), e.srv.ledger); len(after) != len(before) {
+			t.Errorf("%d deliveries recorded, want %d", len(after), len(before))
+		}
+		demo(t)
+	})
+
 	t.Run("repository.renamed.json", func(t *testing.T) {
 		// Renamed on GitHub; its delivery is the one below.
 		e.sim.SetWebhook("", "")
@@ -296,5 +315,36 @@ func TestGitHubPayloadsQueueLabelDeleted(t *testing.T) {
 	}
 	if got := e.queued(); len(got) != 0 {
 		t.Errorf("queued %v after its label was deleted, want none", got)
+	}
+}
+
+// The installation events GitHub sends when what they say is so (GitHub
+// suspended, unsuspended, then lost the installation) are believed: the
+// installation's repositories are refused while it is suspended, and once
+// it is removed.
+func TestGitHubPayloadsInstallationsWhenSo(t *testing.T) {
+	e := newPayloadEnv(t)
+	ctx := context.Background()
+	e.sim.SetWebhook("", "")
+	for _, tc := range []struct {
+		file      string
+		change    func() error
+		installed bool
+	}{
+		{"installation.suspend.json", func() error { return e.sim.SuspendInstallation(ghsim.DemoInstallationID, true) }, false},
+		{"installation.unsuspend.json", func() error { return e.sim.SuspendInstallation(ghsim.DemoInstallationID, false) }, true},
+		{"installation.deleted.json", func() error { return e.sim.DeleteInstallation(ghsim.DemoInstallationID) }, false},
+	} {
+		if err := tc.change(); err != nil {
+			t.Fatal(err)
+		}
+		code, rec := e.deliver("installation", e.payload(tc.file), nil)
+		if code != http.StatusAccepted || rec.State != DeliveryHandled {
+			t.Fatalf("%s: answer %d, delivery %+v", tc.file, code, rec)
+		}
+		got, err := e.srv.installs.InstallationOf(ctx, "octo", "demo")
+		if installed := err == nil && got == ghsim.DemoInstallationID; installed != tc.installed {
+			t.Errorf("%s: InstallationOf(octo/demo) = %d, %v; want installed %v", tc.file, got, err, tc.installed)
+		}
 	}
 }
