@@ -210,7 +210,10 @@ func (mergeAction) probe(ctx context.Context, c *github.Client, _ *schema.Record
 type updateBranchAction struct{}
 
 type updateBranchResult struct {
-	Accepted bool   `json:"accepted"`
+	Accepted bool `json:"accepted"`
+	// UpToDate is set when GitHub had nothing to do: the base has no
+	// commits the head lacks (Accepted is then false).
+	UpToDate bool   `json:"upToDate,omitempty"`
 	Message  string `json:"message,omitempty"`
 	HeadSHA  string `json:"headSha,omitempty"`
 	Probed   bool   `json:"probed,omitempty"`
@@ -236,6 +239,15 @@ func (updateBranchAction) do(ctx context.Context, c *github.Client, _ *schema.Re
 			// classified as any other.)
 			return nil, resp, &actionError{Classification{Category: CategoryConflict, Status: resp.StatusCode,
 				RequestID: resp.Header.Get("X-Github-Request-Id"), Message: "head is no longer expectedHeadSha"}}
+		}
+		if unprocessable(resp, err, "no new commits on the base branch") {
+			// GitHub refuses to update a branch that already has every
+			// commit of its base ("There are no new commits on the base
+			// branch."): what was asked for is in place, as after an
+			// earlier attempt that GitHub applied.
+			var ere *github.ErrorResponse
+			_ = asErrorResponse(err, &ere)
+			return updateBranchResult{UpToDate: true, Message: ere.Message}, resp, nil
 		}
 		return nil, resp, err
 	}

@@ -122,6 +122,18 @@ func TestActionsAgainstSimulator(t *testing.T) {
 		if cl := Classify(err, now); cl.Category != CategoryConflict {
 			t.Fatalf("mismatch: %+v (%v)", cl, err)
 		}
+		// main moves on: the update has something to bring in.
+		base, err := sim.Ref("octo", "demo", "heads/main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "on main"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
+			t.Fatal(err)
+		}
 		rec, tg, p = actionRecord(t, schema.ActionUpdateBranch, schema.Resource{Type: "pull_request", ID: "octo/demo#2"}, `{"expectedHeadSha":"`+head+`"}`)
 		if res, _, err := a.do(ctx, c, rec, tg, p); err != nil || !res.(updateBranchResult).Accepted {
 			t.Fatalf("update = %+v, %v", res, err)
@@ -441,5 +453,33 @@ func TestCommentProbeIgnoresAQuotedMarker(t *testing.T) {
 	}
 	if is, _ := sim.Issue("octo", "demo", 11); len(is.Comments) != 2 {
 		t.Errorf("comments: %+v", is.Comments)
+	}
+}
+
+// A pull request whose head has every commit of its base is already what
+// update_branch asks for: GitHub answers 422 "There are no new commits on
+// the base branch." and makes no commit, and the operation succeeds
+// instead of failing as invalid.
+func TestUpdateBranchAlreadyUpToDate(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c := installationClient(t, gh)
+	ctx := context.Background()
+	head := ghsim.DemoHeadSHA(1)
+	rec, tg, p := actionRecord(t, schema.ActionUpdateBranch, schema.Resource{Type: "pull_request", ID: "octo/demo#1"}, `{"expectedHeadSha":"`+head+`"}`)
+	res, resp, err := actions[rec.Action].do(ctx, c, rec, tg, p)
+	if err != nil {
+		t.Fatalf("update of an up-to-date branch: %+v (%v)", Classify(err, time.Now()), err)
+	}
+	if r := res.(updateBranchResult); !r.UpToDate || r.Accepted || resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("result = %+v, status %d", r, resp.StatusCode)
+	}
+	if pr, err := sim.Pull("octo", "demo", 1); err != nil || pr.HeadSHA != head {
+		t.Fatalf("head = %s, %v; want it unchanged", pr.HeadSHA, err)
+	}
+	// A stale expectation is still the compare-and-swap's conflict.
+	rec, tg, p = actionRecord(t, schema.ActionUpdateBranch, schema.Resource{Type: "pull_request", ID: "octo/demo#1"}, `{"expectedHeadSha":"`+strings.Repeat("e", 40)+`"}`)
+	if _, _, err := actions[rec.Action].do(ctx, c, rec, tg, p); Classify(err, time.Now()).Category != CategoryConflict {
+		t.Fatalf("stale expectedHeadSha: %v", err)
 	}
 }

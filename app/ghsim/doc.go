@@ -23,7 +23,9 @@
 // /rate_limit; GET /repos/{owner}/{repo} (the full repository, its
 // permissions those of the token); pull requests (get, list, merge with its
 // sha check — 409 — and its mergeability and required-checks refusals —
-// 405 —, update-branch with expected_head_sha — 422 —, is-merged); issues,
+// 405 —, update-branch with expected_head_sha — 422 — and, as GitHub, 422 "There
+// are no new commits on the base branch." when the head has every commit of
+// the base, is-merged); issues,
 // issue comments (with per_page/page pagination and Link headers) and labels
 // (pull requests are issues too: one number space per repository; a
 // deleted issue answers 410 Gone); git refs

@@ -376,6 +376,10 @@ func (s *Sim) updateBranch(c *call) response {
 		return errResponse(http.StatusUnprocessableEntity, "expected head sha didn't match current head ref.", docsRoot)
 	}
 	baseSha := r.refs["heads/"+p.base]
+	if r.isAncestor(baseSha, p.headSha) {
+		// GitHub makes no merge commit that would bring nothing in.
+		return errResponse(http.StatusUnprocessableEntity, "There are no new commits on the base branch.", docsRoot)
+	}
 	mc := r.addCommit(s, "", []string{p.headSha, baseSha}, fmt.Sprintf("Merge branch '%s' into %s", p.base, p.head), s.now())
 	s.moveRefLocked(r, "heads/"+p.head, mc.sha, c.sender())
 	c.applied("pull_request:"+r.fullName+"#"+strconv.Itoa(is.number), http.StatusAccepted)

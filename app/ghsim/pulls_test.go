@@ -130,6 +130,25 @@ func TestUpdateBranch(t *testing.T) {
 	_, _, err := cl.PullRequests.UpdateBranch(c, "octo", "demo", 2, &github.PullRequestBranchUpdateOptions{ExpectedHeadSHA: ptr(DemoHeadSHA(1))})
 	wantStatus(t, err, http.StatusUnprocessableEntity)
 
+	// The head has every commit of main: GitHub has nothing to merge.
+	_, _, err = cl.PullRequests.UpdateBranch(c, "octo", "demo", 2, &github.PullRequestBranchUpdateOptions{ExpectedHeadSHA: ptr(DemoHeadSHA(2))})
+	wantStatus(t, err, http.StatusUnprocessableEntity)
+	var ere *github.ErrorResponse
+	if !errors.As(err, &ere) || ere.Message != "There are no new commits on the base branch." {
+		t.Fatalf("up-to-date update-branch = %v", err)
+	}
+	if p, _ := e.sim.Pull("octo", "demo", 2); p.HeadSHA != DemoHeadSHA(2) {
+		t.Fatal("head moved although the base brought nothing")
+	}
+	base, _ := e.sim.Ref("octo", "demo", "heads/main")
+	moved, err := e.sim.AddCommit("octo", "demo", Commit{Parents: []string{base}, Message: "on main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
+		t.Fatal(err)
+	}
+
 	res, resp, err := cl.PullRequests.UpdateBranch(c, "octo", "demo", 2, &github.PullRequestBranchUpdateOptions{ExpectedHeadSHA: ptr(DemoHeadSHA(2))})
 	var accepted *github.AcceptedError
 	if !errors.As(err, &accepted) || resp.StatusCode != http.StatusAccepted {
