@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -389,42 +390,73 @@ type removeLabelAction struct{}
 
 func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Record, t schema.Target, p any) (any, *github.Response, error) {
 	pl := p.(*schema.RemoveLabelPayload)
+	res, absent, resp, err := deleteLabel(ctx, c, t, pl.Label)
+	if err != nil || !absent {
+		return res, resp, err
+	}
+	// GitHub finds the label to remove by its exact name ("Stale" does
+	// not remove "stale": 404 "Label does not exist"), although label
+	// names are case-insensitive everywhere else (adding "Stale" puts
+	// "stale" on). The label may be on the issue under another case: it
+	// is removed by its own name.
+	have, lresp, err := issueLabels(ctx, c, t)
+	if err != nil {
+		return nil, lresp, err
+	}
+	i := slices.IndexFunc(have, func(l string) bool { return strings.EqualFold(l, pl.Label) })
+	if i < 0 {
+		// Absent is the state asked for: removing is idempotent.
+		return labelsResult{Labels: have}, resp, nil
+	}
+	if err := guard(ctx); err != nil {
+		return nil, nil, err
+	}
+	res, absent, resp, err = deleteLabel(ctx, c, t, have[i])
+	if err == nil && absent {
+		// Removed by someone else in between.
+		return labelsResult{Labels: slices.Delete(have, i, i+1)}, resp, nil
+	}
+	return res, resp, err
+}
+
+// deleteLabel removes the label named exactly name from the issue. absent
+// is true when GitHub answered that the issue has no label of that name.
+func deleteLabel(ctx context.Context, c *github.Client, t schema.Target, name string) (res any, absent bool, resp *github.Response, err error) {
 	// Not Issues.RemoveLabelForIssue: go-github puts the name in the path
 	// unescaped, so "?" or "#" would end the path and ".." parts would be
 	// resolved (a label could name any other route of the repository).
-	path, ok := labelPath(pl.Label)
+	path, ok := labelPath(name)
 	if !ok {
 		// schema refuses such names, and Process decodes stored payloads
 		// by today's rules too (a record stored before the rule fails
 		// there); this guards the action itself, whoever calls it.
-		return nil, nil, &actionError{Classification{Category: CategoryValidation,
+		return nil, false, nil, &actionError{Classification{Category: CategoryValidation,
 			Message: `a label name cannot be "." or "..", nor have such a part between slashes`}}
 	}
 	u := fmt.Sprintf("repos/%s/%s/issues/%d/labels/%s", t.Owner, t.Repo, t.Number, path)
 	req, err := c.NewRequest(http.MethodDelete, u, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, false, nil, err
 	}
 	// GitHub answers the removal with the labels that remain on the
 	// issue; they are recorded as they are (a list asked for afterwards
 	// would cost a request and could lag behind the removal).
 	var remaining []*github.Label
-	resp, err := c.Do(ctx, req, &remaining)
+	resp, err = c.Do(ctx, req, &remaining)
 	if err != nil {
 		var ere *github.ErrorResponse
 		if resp != nil && resp.StatusCode == http.StatusNotFound && asErrorResponse(err, &ere) &&
 			strings.Contains(strings.ToLower(ere.Message), "label does not exist") {
-			// Absent is the state asked for: removing is idempotent.
-			return labelsResult{Labels: nil}, resp, nil
+			return nil, true, resp, nil
 		}
 		if resp != nil && resp.StatusCode == http.StatusOK {
 			// The removal happened; only its answer could not be read,
 			// and the label list is only informative.
-			return labelsResult{Labels: nil}, resp, nil
+			return labelsResult{Labels: nil}, false, resp, nil
 		}
-		return nil, resp, err
+		return nil, false, resp, err
 	}
-	return labelsResult{Labels: labelNames(remaining)}, resp, nil
+	return labelsResult{Labels: labelNames(remaining)}, false, resp, nil
 }
 
 // labelPath escapes a label name for the URL path. Each part between

@@ -483,3 +483,41 @@ func TestUpdateBranchAlreadyUpToDate(t *testing.T) {
 		t.Fatalf("stale expectedHeadSha: %v", err)
 	}
 }
+
+// GitHub removes a label only by its exact name ("Stale" leaves "stale":
+// 404 "Label does not exist"), although label names are case-insensitive
+// everywhere else: remove_label of "Triage" takes "triage" off the issue
+// instead of succeeding with it still there.
+func TestRemoveLabelInAnotherCase(t *testing.T) {
+	t.Parallel()
+	sim, gh := newSim(t, ghsim.Config{})
+	c := installationClient(t, gh)
+	ctx := context.Background()
+	if err := sim.AddLabel("octo", "demo", 11, "triage", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddLabel("octo", "demo", 11, "keep", ""); err != nil {
+		t.Fatal(err)
+	}
+	rec, tg, p := actionRecord(t, schema.ActionRemoveLabel, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"label":"Triage"}`)
+	a := actions[rec.Action]
+	res, _, err := a.do(ctx, c, rec, tg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := sim.Issue("octo", "demo", 11)
+	if err != nil || fmt.Sprint(is.Labels) != "[keep]" {
+		t.Fatalf("labels left = %v, %v; want [keep]", is.Labels, err)
+	}
+	if got := fmt.Sprint(res.(labelsResult).Labels); got != "[keep]" {
+		t.Errorf("result labels = %s", got)
+	}
+	if done, _, _, err := a.probe(ctx, c, rec, tg, p); err != nil || !done {
+		t.Errorf("probe = %v, %v", done, err)
+	}
+	// A label the issue does not have, in no case, is absent: done.
+	rec, tg, p = actionRecord(t, schema.ActionRemoveLabel, schema.Resource{Type: "issue", ID: "octo/demo#11"}, `{"label":"Absent"}`)
+	if res, _, err := a.do(ctx, c, rec, tg, p); err != nil || fmt.Sprint(res.(labelsResult).Labels) != "[keep]" {
+		t.Fatalf("absent label = %+v, %v", res, err)
+	}
+}

@@ -28,7 +28,9 @@
 // the base, is-merged); issues,
 // issue comments (with per_page/page pagination and Link headers) and labels
 // (pull requests are issues too: one number space per repository; a
-// deleted issue answers 410 Gone); git refs
+// deleted issue answers 410 Gone; adding a label matches an existing one
+// whatever its case, but removing one needs its exact name, else 404
+// "Label does not exist", as on GitHub); git refs
 // (get, create, update with fast-forward checks on a commit graph — 422
 // "Update is not a fast forward" —, delete); a branch (get; a renamed
 // branch's old name answers 301 to its new one); commit statuses (create,

@@ -212,7 +212,7 @@ func (s *Sim) RemoveLabel(owner, name string, n int, labelName, sender string) e
 	if !ok {
 		return fmt.Errorf("ghsim: %s#%d: %w", r.fullName, n, ErrNotFound)
 	}
-	if !s.removeLabelLocked(r, is, labelName, who) {
+	if !s.removeLabelLocked(r, is, labelName, who, false) {
 		return fmt.Errorf("ghsim: label %q on %s#%d: %w", labelName, r.fullName, n, ErrNotFound)
 	}
 	return nil
@@ -273,9 +273,10 @@ func (s *Sim) addLabelsLocked(r *repo, is *issue, names []string, who *user) {
 }
 
 // removeLabelLocked removes a label and emits "unlabeled"; it reports
-// whether the label was there.
-func (s *Sim) removeLabelLocked(r *repo, is *issue, nm string, who *user) bool {
-	i := slices.IndexFunc(is.labels, func(l *label) bool { return strings.EqualFold(l.name, nm) })
+// whether the label was there. With exact, the name must match in case
+// too, as GitHub's REST removal requires.
+func (s *Sim) removeLabelLocked(r *repo, is *issue, nm string, who *user, exact bool) bool {
+	i := slices.IndexFunc(is.labels, func(l *label) bool { return l.name == nm || (!exact && strings.EqualFold(l.name, nm)) })
 	if i < 0 {
 		return false
 	}
@@ -461,7 +462,9 @@ func (s *Sim) removeLabel(c *call) response {
 	if resp, stop := missingIssue(is, ok); stop {
 		return resp
 	}
-	if !s.removeLabelLocked(c.repo, is, nm, c.sender()) {
+	// GitHub removes only a label named exactly so: another case is
+	// "Label does not exist", although adding is case-insensitive.
+	if !s.removeLabelLocked(c.repo, is, nm, c.sender(), true) {
 		return errResponse(http.StatusNotFound, "Label does not exist", docsRoot)
 	}
 	c.applied("issue:"+c.repo.fullName+"#"+strconv.Itoa(is.number), http.StatusOK)

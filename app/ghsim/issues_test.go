@@ -87,6 +87,13 @@ func TestLabels(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].GetName() != "baton:queue" {
 		t.Fatalf("list labels = %v, %v", list, err)
 	}
+	// Adding matches a label whatever its case; removing needs the exact
+	// name.
+	if labels, _, err = cl.Issues.AddLabelsToIssue(c, "octo", "demo", 1, []string{"BUG"}); err != nil || len(labels) != 2 {
+		t.Fatalf("re-add in another case = %v, %v", labels, err)
+	}
+	_, err = cl.Issues.RemoveLabelForIssue(c, "octo", "demo", 1, "Baton:Queue")
+	wantStatus(t, err, http.StatusNotFound)
 	if _, err := cl.Issues.RemoveLabelForIssue(c, "octo", "demo", 1, "baton:queue"); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +117,7 @@ func TestLabels(t *testing.T) {
 	for _, ef := range e.sim.Effects() {
 		resources = append(resources, ef.Resource)
 	}
-	want := "[issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#11]"
+	want := "[issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#1 issue:octo/demo#11]"
 	if fmt.Sprint(resources) != want {
 		t.Errorf("effects on %v, want %s", resources, want)
 	}
