@@ -521,3 +521,45 @@ func TestRemoveLabelInAnotherCase(t *testing.T) {
 		t.Fatalf("absent label = %+v, %v", res, err)
 	}
 }
+
+// GitHub documents a 301 answer to adding labels to (and removing one
+// from) an issue that moved. Go's default client would follow it with a
+// GET, which lists the moved issue's labels with 200: the labels, never
+// added, would be recorded added. baton's client stops at such a redirect
+// and the operation fails as not found.
+func TestMovedIssueRedirectIsNotFollowedAsGET(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		methods []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		methods = append(methods, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/repos/octo/demo/issues/5/labels" {
+			w.Header().Set("Location", "/repos/octo/other/issues/9/labels")
+			w.WriteHeader(http.StatusMovedPermanently)
+			_, _ = w.Write([]byte(`{"message":"Moved Permanently","url":"/repos/octo/other/issues/9/labels"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`[{"name":"old"}]`))
+	}))
+	t.Cleanup(srv.Close)
+	c := github.NewClient(httpClient(http.DefaultTransport))
+	c.BaseURL, _ = url.Parse(srv.URL + "/")
+	tg := schema.Target{Owner: "octo", Repo: "demo", Number: 5}
+	res, _, err := (addLabelsAction{}).do(context.Background(), c, &schema.Record{}, tg, &schema.AddLabelsPayload{Labels: []string{"bug"}})
+	if err == nil {
+		t.Fatalf("add labels to a moved issue succeeded: %+v (requests %v)", res, methods)
+	}
+	if cl := Classify(err, time.Now()); cl.Category != CategoryNotFound || cl.Retryable || cl.Status != http.StatusMovedPermanently {
+		t.Errorf("classified %+v", cl)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(methods) != 1 {
+		t.Errorf("requests %v, want the POST alone", methods)
+	}
+}

@@ -236,6 +236,11 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 		c.Category = CategoryNotFound
 	case s == http.StatusConflict:
 		c.Category = CategoryConflict
+	case s >= 300 && s < 400:
+		// A redirect that would have changed the request's method
+		// (httpClient): the thing moved (an issue transferred to
+		// another repository) and is not where the operation names it.
+		c.Category = CategoryNotFound
 	default:
 		c.Category = CategoryValidation
 	}

@@ -124,13 +124,34 @@ func newTransport() *http.Transport {
 // none is given GitHub's documented minute, before go-github reads them
 // (waitHeadersTransport).
 func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
-	c := github.NewClient(&http.Client{Transport: waitHeadersTransport{rt}})
+	c := github.NewClient(httpClient(waitHeadersTransport{rt}))
 	u := *g.base
 	c.BaseURL = &u
 	up := *g.base
 	c.UploadURL = &up
 	c.UserAgent = g.userAgent
 	return c
+}
+
+// httpClient is the http.Client of baton's GitHub clients. It follows a
+// redirect only with the request's own method: Go's default follows a 301,
+// 302 or 303 to a POST, PATCH, PUT or DELETE with a GET, and GitHub
+// documents 301 answers to such requests (adding labels to, or removing
+// one from, an issue that was moved): the GET would list the issue's
+// labels with 200, and the mutation, never made, would be recorded
+// succeeded. Such an answer is returned as it is instead, a failure
+// (Classify). A 307 or 308 (a renamed repository) keeps the method and
+// body and is followed.
+func httpClient(rt http.RoundTripper) *http.Client {
+	return &http.Client{Transport: rt, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		if req.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}}
 }
 
 func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
