@@ -412,7 +412,13 @@ func (removeLabelAction) do(ctx context.Context, c *github.Client, _ *schema.Rec
 		return nil, nil, err
 	}
 	res, absent, resp, err = deleteLabel(ctx, c, t, have[i])
-	if err == nil && absent {
+	switch {
+	case err == nil && absent && have[i] == pl.Label:
+		// Not found by the very name GitHub lists: the label is still
+		// there, whatever GitHub makes of its name in the path.
+		return nil, resp, &actionError{Classification{Category: CategoryValidation, Status: resp.StatusCode,
+			RequestID: requestID(resp.Response), Message: "GitHub lists the label on the issue but does not find it to remove"}}
+	case err == nil && absent:
 		// Removed by someone else in between.
 		return labelsResult{Labels: slices.Delete(have, i, i+1)}, resp, nil
 	}

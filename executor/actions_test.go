@@ -563,3 +563,27 @@ func TestMovedIssueRedirectIsNotFollowedAsGET(t *testing.T) {
 		t.Errorf("requests %v, want the POST alone", methods)
 	}
 }
+
+// A label GitHub lists on the issue but answers "Label does not exist" to
+// removing by that very name is still there: the removal fails instead
+// of being recorded done.
+func TestRemoveLabelListedButNotFound(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"message":"Label does not exist"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`[{"name":"x y"}]`))
+	}))
+	t.Cleanup(srv.Close)
+	c := github.NewClient(srv.Client())
+	c.BaseURL, _ = url.Parse(srv.URL + "/")
+	tg := schema.Target{Owner: "octo", Repo: "demo", Number: 12}
+	res, _, err := (removeLabelAction{}).do(context.Background(), c, &schema.Record{}, tg, &schema.RemoveLabelPayload{Label: "x y"})
+	if cl := Classify(err, time.Now()); err == nil || cl.Category != CategoryValidation || cl.Retryable {
+		t.Fatalf("remove = %+v, %v (%+v); want a validation failure", res, err, cl)
+	}
+}
