@@ -34,7 +34,7 @@
 // (get, create, update with fast-forward checks on a commit graph — 422
 // "Update is not a fast forward" —, delete); a branch (get; a renamed
 // branch's old name answers 301 to its new one); commit statuses (create,
-// combined, list), check runs and suites, branch protection's required
+// combined, list; a context is case-insensitive, as GitHub's), check runs and suites, branch protection's required
 // status checks, collaborator permissions; the App's webhook deliveries log
 // (list with cursor, get, redeliver); and the manifest conversion. The
 // html_url of an issue, a pull request or a comment opens a plain page of

@@ -161,7 +161,7 @@ func (r *repo) checkStateLocked(sha, ctx string) string {
 	status := ""
 	list := r.statuses[sha]
 	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].context == ctx {
+		if strings.EqualFold(list[i].context, ctx) { // contexts are case-insensitive
 			status = list[i].state
 			break
 		}
@@ -252,9 +252,12 @@ func (s *Sim) combinedStatus(c *call) response {
 	list := r.statuses[sha]
 	for i := len(list) - 1; i >= 0; i-- {
 		st := list[i]
-		if _, seen := latest[st.context]; !seen {
-			latest[st.context] = st
-			order = append(order, st.context)
+		// The latest of each context, told apart regardless of case,
+		// as GitHub's contexts are.
+		k := strings.ToLower(st.context)
+		if _, seen := latest[k]; !seen {
+			latest[k] = st
+			order = append(order, k)
 		}
 	}
 	combined := "pending"

@@ -42,6 +42,13 @@ func TestStatuses(t *testing.T) {
 	if err != nil || len(list) != 4 || list[0].GetState() != "failure" {
 		t.Fatalf("list statuses = %v, %v", list, err)
 	}
+	// A context is case-insensitive: "CI" is the latest of "ci".
+	if err := e.sim.SetStatus("octo", "demo", sha, NewStatus{State: "success", Context: "CI"}); err != nil {
+		t.Fatal(err)
+	}
+	if comb, _, err = cl.Repositories.GetCombinedStatus(c, "octo", "demo", sha, nil); err != nil || comb.GetState() != "success" || comb.GetTotalCount() != 2 {
+		t.Fatalf("combined after CI = %v, %v", comb, err)
+	}
 }
 
 func TestChecksProtectionPermissions(t *testing.T) {

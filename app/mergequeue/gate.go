@@ -82,7 +82,9 @@ func evaluateGate(required []requiredCheck, runs, statuses []checkState) gate {
 			}
 		}
 		for i := range statuses {
-			if c := &statuses[i]; c.name == rc.name {
+			// A status's context is case-insensitive on GitHub ("CI"
+			// reports the required "ci"); a check run's name is not.
+			if c := &statuses[i]; strings.EqualFold(c.name, rc.name) {
 				count(c)
 			}
 		}
@@ -262,7 +264,7 @@ func (r *run) headChecks(sha string) (runs, statuses []checkState, err error) {
 			return nil, nil, fmt.Errorf("read the statuses of %s: %w", shortSHA(sha), err)
 		}
 		for _, s := range cs.Statuses {
-			if s.GetContext() == r.q.cfg.StatusContext {
+			if strings.EqualFold(s.GetContext(), r.q.cfg.StatusContext) {
 				continue
 			}
 			statuses = append(statuses, checkState{name: s.GetContext(), state: statusState(s.GetState()), conclusion: s.GetState()})

@@ -45,6 +45,7 @@ func TestEvaluateGate(t *testing.T) {
 		{"status passes", []string{"ci/legacy"}, nil, []checkState{st("ci/legacy", "success")}, GateSuccess, ""},
 		{"status error fails", []string{"ci/legacy"}, nil, []checkState{st("ci/legacy", "error")}, GateFailure, ""},
 		{"status pending", []string{"ci/legacy"}, nil, []checkState{st("ci/legacy", "pending")}, GatePending, ""},
+		{"status context in another case", []string{"ci/legacy"}, nil, []checkState{st("CI/Legacy", "success")}, GateSuccess, "passed: ci/legacy"},
 		{"failed run, passed status of the same name", []string{"ci"}, []checkState{run("ci", "completed", "failure")}, []checkState{st("ci", "success")}, GateFailure, "failed: ci (failure)"},
 		{"running run, passed status of the same name", []string{"ci"}, []checkState{run("ci", "in_progress", "")}, []checkState{st("ci", "success")}, GatePending, "waiting for: ci"},
 		{"passed run, failed status of the same name", []string{"ci"}, []checkState{run("ci", "completed", "success")}, []checkState{st("ci", "failure")}, GateFailure, "failed: ci (failure)"},
