@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // issue is an issue or, when pr is set, a pull request: they share one
@@ -437,7 +438,7 @@ func (s *Sim) addLabels(c *call) response {
 		return validationFailed("Label", "labels", "missing_field", "")
 	}
 	for _, nm := range names {
-		if strings.TrimSpace(nm) == "" || len(nm) > 50 {
+		if strings.TrimSpace(nm) == "" || utf8.RuneCountInString(nm) > 50 { // characters, as GitHub counts
 			return validationFailed("Label", "name", "invalid", "")
 		}
 	}

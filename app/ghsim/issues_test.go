@@ -121,6 +121,13 @@ func TestLabels(t *testing.T) {
 	if fmt.Sprint(resources) != want {
 		t.Errorf("effects on %v, want %s", resources, want)
 	}
+	// A name is at most 50 characters (not bytes).
+	long := strings.Repeat("é", 50)
+	if _, _, err = cl.Issues.AddLabelsToIssue(c, "octo", "demo", 2, []string{long}); err != nil {
+		t.Errorf("add a label of 50 characters: %v", err)
+	}
+	_, _, err = cl.Issues.AddLabelsToIssue(c, "octo", "demo", 2, []string{long + "e"})
+	wantStatus(t, err, http.StatusUnprocessableEntity)
 }
 
 // A label name with a slash is removed by its name sent with the slash as
