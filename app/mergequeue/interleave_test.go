@@ -130,6 +130,22 @@ func (s *stack) releasedAndOut(t *testing.T, repo string, lease *coordinator.Lea
 	}
 }
 
+// relabelledAndMerged releases the issue's lease held, waits until the
+// label's removal and its addition again are done and their deliveries
+// handled (three label deliveries in all), and checks that #1, still
+// queued, merges once its checks pass on head.
+func (s *stack) relabelledAndMerged(t *testing.T, repo string, lease *coordinator.Lease, head string) {
+	t.Helper()
+	if err := s.coord.Release(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
+		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	s.checksPass(t, repo, head)
+	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
+}
+
 // A reconcile while a bounced pull request's label removal waits its turn,
 // after the head moved again, does not queue the new head from the label
 // that is going.
@@ -225,7 +241,6 @@ func TestPushByAReaderBeforeTheLabelIsHandledBounces(t *testing.T) {
 // again, and its unlabeled delivery does not take it out.
 func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := newStack(t, stackOptions{})
 	const repo = "queueafterbounce"
 	s.repo(t, repo, 1, []string{"ci"})
@@ -241,16 +256,7 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 		e, ok := s.entryOf(t, repo, 1)
 		return ok && e.Status != mergequeue.StatusBounced
 	})
-	if err := s.coord.Release(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
-	// Every delivery the label's removal and addition make handled.
-	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
-		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
-	})
-	// The writer's head merges once its checks pass.
-	s.checksPass(t, repo, head)
-	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
+	s.relabelledAndMerged(t, repo, lease, head)
 }
 
 // "/baton queue" by someone who may write, while the removal of a label
@@ -258,7 +264,6 @@ func TestQueueCommandWhileABounceRemovesTheLabel(t *testing.T) {
 // request queued: the label is asked for again after the removal.
 func TestQueueCommandWhileARefusedLabelIsRemoved(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := newStack(t, stackOptions{})
 	const repo = "queueafterrefusal"
 	s.repo(t, repo, 1, []string{"ci"})
@@ -274,16 +279,7 @@ func TestQueueCommandWhileARefusedLabelIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
-	if err := s.coord.Release(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the label removed and added again", func() bool {
-		return s.labelDeliveries(repo) == 3 && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
-	})
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
+	s.relabelledAndMerged(t, repo, lease, s.pull(t, repo, 1).HeadSHA)
 }
 
 // baton's label for a "/baton queue", delivered after a "/baton dequeue"
@@ -310,9 +306,7 @@ func TestLateLabelOfACommandDoesNotRequeueADequeuedPull(t *testing.T) {
 		e, ok := s.entryOf(t, repo, 1)
 		return !ok || e.Status == mergequeue.StatusBounced
 	})
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
+	s.checksPass(t, repo, s.pull(t, repo, 1).HeadSHA)
 	s.handle(t, labeled)
 	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
 		t.Errorf("baton's late label queued the dequeued pull request: %+v", e)
@@ -338,9 +332,7 @@ func TestReconcileDoesNotQueueFromARefusedLabel(t *testing.T) {
 	const repo = "reconcilerefused"
 	s.repo(t, repo, 1, []string{"ci"})
 	s.writerAndReader(t, repo)
-	if _, err := s.sim.AddCheckRun("octo", repo, ghsim.NewCheckRun{Name: "ci", HeadSHA: s.pull(t, repo, 1).HeadSHA, Status: "completed", Conclusion: "success"}); err != nil {
-		t.Fatal(err)
-	}
+	s.checksPass(t, repo, s.pull(t, repo, 1).HeadSHA)
 	lease := s.holdIssue(t, repo, 1)
 	if err := s.sim.AddLabel("octo", repo, 1, "baton:queue", "reader"); err != nil {
 		t.Fatal(err)
