@@ -536,6 +536,12 @@ func (s *Server) checkApp(ctx context.Context) error {
 	case status == http.StatusUnauthorized:
 		return fmt.Errorf("GitHub at %s refused the credentials of App %d (401 %s): check --app-id, --private-key and this machine's clock",
 			base, s.cfg.AppID, msg)
+	case status >= 300 && status < 400:
+		// Followed, the redirect would take the App's tokens to another
+		// host (an http:// URL sent to https, a proxy), and baton does
+		// not follow it (executor.GitHubClients).
+		return fmt.Errorf("GitHub at %s answers GET /app with a redirect (HTTP %d) to %q: give the URL it redirects to as --github-url",
+			base, status, resp.Header.Get("Location"))
 	case status == http.StatusNotFound || (status >= 200 && status < 300):
 		return fmt.Errorf("%s does not answer GET /app as a GitHub REST API (HTTP %d): check --github-url (GitHub Enterprise Server: https://HOST/api/v3/)",
 			base, status)

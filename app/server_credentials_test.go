@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,14 +30,20 @@ func TestServerStartChecksAppCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	// A base URL that sends everything elsewhere (http:// to https://, say).
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, sim.URL()+r.URL.Path, http.StatusMovedPermanently)
+	}))
+	t.Cleanup(redirecting.Close)
 	good := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(), WebhookSecret: sim.WebhookSecret()}
 	for name, tc := range map[string]struct {
 		change func(*Config)
 		want   []string
 	}{
-		"another app's id":  {func(c *Config) { c.AppID = sim.AppID() + 41 }, []string{"refused the credentials", "401"}},
-		"another app's key": {func(c *Config) { c.PrivateKey = otherKey }, []string{"refused the credentials", "401"}},
-		"not a github api":  {func(c *Config) { c.GitHubURL = sim.URL() + "/not/github/" }, []string{"GitHub REST API", "404", "--github-url"}},
+		"another app's id":     {func(c *Config) { c.AppID = sim.AppID() + 41 }, []string{"refused the credentials", "401"}},
+		"another app's key":    {func(c *Config) { c.PrivateKey = otherKey }, []string{"refused the credentials", "401"}},
+		"not a github api":     {func(c *Config) { c.GitHubURL = sim.URL() + "/not/github/" }, []string{"GitHub REST API", "404", "--github-url"}},
+		"a url that redirects": {func(c *Config) { c.GitHubURL = redirecting.URL }, []string{"redirect", "301", sim.URL(), "--github-url"}},
 	} {
 		cfg := good
 		tc.change(&cfg)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -561,6 +562,52 @@ func TestMovedIssueRedirectIsNotFollowedAsGET(t *testing.T) {
 	defer mu.Unlock()
 	if len(methods) != 1 {
 		t.Errorf("requests %v, want the POST alone", methods)
+	}
+}
+
+// tokenTransport adds an installation token to every request, as the
+// installation transport does.
+type tokenTransport struct{}
+
+func (tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "token ghs_secret")
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// A redirect to another host, of a read or a mutation, is not followed:
+// the installation token would go with it.
+func TestRedirectToAnotherHostIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			t.Errorf("the token reached another host: %s %s", r.Method, r.URL.Path)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`[{"name":"bug"}]`))
+	}))
+	t.Cleanup(elsewhere.Close)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := http.StatusTemporaryRedirect // keeps the method
+		if r.Method == http.MethodGet {
+			code = http.StatusMovedPermanently
+		}
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, code)
+	}))
+	t.Cleanup(api.Close)
+	c := github.NewClient(httpClient(tokenTransport{}))
+	c.BaseURL, _ = url.Parse(api.URL + "/")
+	tg := schema.Target{Owner: "octo", Repo: "demo", Number: 5}
+	if _, _, err := (addLabelsAction{}).do(context.Background(), c, &schema.Record{}, tg, &schema.AddLabelsPayload{Labels: []string{"bug"}}); err == nil {
+		t.Error("add labels through a redirect to another host succeeded")
+	}
+	if _, _, err := c.Issues.ListLabelsByIssue(context.Background(), "octo", "demo", 5, nil); err == nil {
+		t.Error("a read through a redirect to another host succeeded")
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the other host got %d requests", n)
 	}
 }
 

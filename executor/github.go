@@ -141,13 +141,22 @@ func (g *GitHubClients) newClient(rt http.RoundTripper) *github.Client {
 // labels with 200, and the mutation, never made, would be recorded
 // succeeded. Such an answer is returned as it is instead, a failure
 // (Classify). A 307 or 308 (a renamed repository) keeps the method and
-// body and is followed.
+// body and is followed, on the same scheme and host only.
 func httpClient(rt http.RoundTripper) *http.Client {
 	return &http.Client{Transport: rt, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
 			return errors.New("stopped after 10 redirects")
 		}
 		if req.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+			// The installation transport adds the token to every request,
+			// a redirected one too, so net/http's dropping of the header on
+			// the way to another host does not apply: a redirect off the
+			// GitHub API's own host (an http:// base URL sent to https, a
+			// proxy's sign-in page) is returned as it is, and the token
+			// stays with GitHub.
 			return http.ErrUseLastResponse
 		}
 		return nil
