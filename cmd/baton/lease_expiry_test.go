@@ -127,18 +127,20 @@ func TestLeaseRunStopsCMDBeforeTheLeaseExpires(t *testing.T) {
 // Renewals keep their pace when the server is slow to answer: each is
 // asked a third of the TTL after the one before was asked, not after it
 // was answered, so a slow answer does not eat into the next one's time.
-// With a 9s TTL the lease is stopped 3s before it may expire (6s after a
-// renewal was asked); renewals that take 2.2s each must be asked 3s apart
-// (done at 5.2s) and not 5.2s apart (the second done at 10.4s, too late).
+// With a 15s TTL and --grace 1s the lease is stopped 3s before it may
+// expire (12s after a renewal was sent); renewals that take 4.5s each must
+// be sent 5s apart (each done 9.5s after the one before was sent: 2.5s to
+// spare, for a loaded machine) and not 5s after the answer (14.5s: too
+// late by 2s).
 func TestLeaseRunRenewsOnTimeWhenTheServerIsSlow(t *testing.T) {
 	t.Parallel()
 	bin := cliBuildBaton(t)
 	env := newCLIEnv(t, cliEnvOptions{})
 	proxy := newCLILeaseProxy(t, env.URL)
-	proxy.slowRenewals.Store(int64(2200 * time.Millisecond))
+	proxy.slowRenewals.Store(int64(4500 * time.Millisecond))
 	const key = "issue:octo/demo#54"
 	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
-		"lease", "run", key, "--ttl", "9s", "--grace", "1s", "--", "sh", "-c", "sleep 13; echo done")
+		"lease", "run", key, "--ttl", "15s", "--grace", "1s", "--", "sh", "-c", "sleep 18; echo done")
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Errorf("exit %d, want CMD's 0; stderr: %s", code, p.stderr)
 	}
@@ -146,7 +148,7 @@ func TestLeaseRunRenewsOnTimeWhenTheServerIsSlow(t *testing.T) {
 		t.Errorf("the command did not finish: stdout %q", p.stdout)
 	}
 	if n := proxy.renewals.Load(); n < 3 {
-		t.Errorf("%d renewals in 13s of a 9s lease, want at least 3", n)
+		t.Errorf("%d renewals in 18s of a 15s lease, want at least 3", n)
 	}
 }
 
