@@ -228,7 +228,9 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 	case s == http.StatusForbidden && strings.Contains(strings.ToLower(ere.Message), "installation has been suspended"):
 		// A token issued before the suspension.
 		c.Category = CategoryInstallationUnavailable
-	case s == http.StatusForbidden:
+	case s == http.StatusForbidden, s == http.StatusUnavailableForLegalReasons:
+		// 451: a repository GitHub blocked (a takedown); like a 403,
+		// baton may not act there, and asking again will not change it.
 		c.Category = CategoryForbidden
 	case s == http.StatusNotFound || s == http.StatusGone:
 		// 410: GitHub's answer for an issue that was deleted. Either way

@@ -109,6 +109,7 @@ func TestClassify(t *testing.T) {
 		{"400", errResp(400, "Problems parsing JSON"), CategoryValidation, false, false, false, 0, 400},
 		{"401", errResp(401, "Bad credentials"), CategoryUnauthorized, true, false, false, 0, 401},
 		{"403 plain", errResp(403, "Resource not accessible by integration"), CategoryForbidden, false, false, false, 0, 403},
+		{"451 repository blocked", errResp(451, "Repository access blocked"), CategoryForbidden, false, false, false, 0, 451},
 		{"404", errResp(404, "Not Found"), CategoryNotFound, false, false, false, 0, 404},
 		{"405 not mergeable", errResp(405, "Pull Request is not mergeable"), CategoryValidation, false, false, false, 0, 405},
 		{"409 stale sha", errResp(409, "Head branch was modified"), CategoryConflict, false, false, false, 0, 409},
