@@ -238,13 +238,11 @@ func (q *Queue) parse(ev Event) (*intent, error) {
 			labeled := slices.ContainsFunc(pr.Labels, q.isLabel)
 			return &intent{kind: intentReevaluate, pr: pr.Number, sha: pr.Head.SHA, user: p.Sender.Login, labeled: labeled}, nil
 		case "reopened":
-			for _, l := range pr.Labels {
-				if strings.EqualFold(l.Name, q.cfg.Label) {
-					// Who reopened it: the label was put there for the pull
-					// request as it was, and its author may reopen it (after
-					// pushing to its branch while it was closed).
-					return &intent{kind: intentJoin, pr: pr.Number, user: p.Sender.Login, sha: pr.Head.SHA}, nil
-				}
+			if slices.ContainsFunc(pr.Labels, q.isLabel) {
+				// Who reopened it: the label was put there for the pull
+				// request as it was, and its author may reopen it (after
+				// pushing to its branch while it was closed).
+				return &intent{kind: intentJoin, pr: pr.Number, user: p.Sender.Login, sha: pr.Head.SHA}, nil
 			}
 		}
 		return nil, nil

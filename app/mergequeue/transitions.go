@@ -20,33 +20,29 @@ import (
 func (r *run) apply(in *intent) error {
 	switch in.kind {
 	case intentJoin:
-		if in.labeled && in.user == "" {
-			// Labelled by an App (baton, for a "/baton queue" it joined
-			// already) while the entry is bounced: the bounce came after
-			// the label, which it is removing, and this delivery is a late
-			// one. Joining again would queue the head that bounced it (a
-			// push by someone who may not write, say). A person adds the
-			// label again once it is gone.
-			if e := r.find(in.pr); e != nil && e.status == StatusBounced {
+		if e := r.find(in.pr); e != nil && e.status == StatusBounced {
+			// While the entry is bounced its label is being removed, and a
+			// label or reopening may be a late delivery from before the
+			// bounce. Joining again would queue the head that bounced it
+			// (a push by someone who may not write, say).
+			if in.labeled && in.user == "" {
+				// Labelled by an App: baton, for a "/baton queue" it
+				// joined already, before the bounce. A person adds the
+				// label again once it is gone.
 				r.note("#%d labelled by an App before it bounced; not queued", in.pr)
 				break
 			}
-		}
-		if in.sha != "" {
-			// Labelled, or reopened carrying the label, at a head that is
-			// no longer the pull request's while the entry is bounced: the
-			// label or reopening came before the head moved and the bounce,
-			// which is removing the label, and this delivery is a late one.
-			// Whoever did it vouched for the head it was at, not for the
-			// one that bounced it (a push by someone who may not write,
-			// say). Labelled again at the current head, it queues.
-			if e := r.find(in.pr); e != nil && e.status == StatusBounced {
+			if in.sha != "" {
+				// Labelled, or reopened, at a head that is no longer the
+				// pull request's: whoever did it vouched for the head it
+				// was at, not for the one that bounced it. Labelled again
+				// at the current head, it queues.
 				pr, err := r.getPull(in.pr)
 				if err != nil {
 					return err
 				}
-				if pr != nil && pr.GetHead().GetSHA() != "" && pr.GetHead().GetSHA() != in.sha {
-					r.note("#%d %s at %s, before its head moved to %s and it bounced; not queued", in.pr, joinVerb(in), shortSHA(in.sha), shortSHA(pr.GetHead().GetSHA()))
+				if head := pr.GetHead().GetSHA(); pr != nil && head != "" && head != in.sha {
+					r.note("#%d %s at %s, before its head moved to %s and it bounced; not queued", in.pr, joinVerb(in), shortSHA(in.sha), shortSHA(head))
 					break
 				}
 			}
@@ -159,8 +155,7 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 			joined = e.queuedAt.Add(time.Microsecond)
 		}
 	}
-	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued, queuedAt: joined}
-	r.st.entries = append(r.st.entries, e)
+	e := r.addEntry(pr, StatusQueued, joined)
 	r.audit(AuditJoin, n, e.sha, via)
 	r.note("#%d joined at %s", n, shortSHA(e.sha))
 	r.logInfo("pull request joined the queue", "mergequeue.joined", n)
@@ -398,19 +393,17 @@ func (r *run) merged(e *entry, detail string) error {
 // label (a reconcile would queue it again from the label), keeping it as
 // bounced until the label is gone (keepBounced).
 func (r *run) refuseJoin(n int, user, perm string, labeled bool) error {
+	how := "labelled"
 	if labeled {
 		r.note("#%d labelled by @%s (%s permission); not queued", n, user, perm)
 		r.logInfo("queue label added by someone without write permission; not queued", "mergequeue.label_refused", n)
 	} else {
+		how = "reopened with the label"
 		r.note("#%d reopened by @%s (%s permission) with the label; not queued", n, user, perm)
 		r.logInfo("pull request reopened with the label by someone without write permission; not queued", "mergequeue.reopen_refused", n)
 	}
 	if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(n), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(n)); err != nil {
 		return err
-	}
-	how := "labelled"
-	if !labeled {
-		how = "reopened with the label"
 	}
 	return r.keepBounced(n, fmt.Sprintf("%s by @%s, who has %s permission; the label is being removed", how, user, perm), false)
 }
@@ -467,9 +460,7 @@ func (r *run) pushedToLabelled(n int, pusher string) error {
 	if err != nil || ok {
 		return err
 	}
-	e := &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusQueued,
-		queuedAt: r.now.Truncate(time.Microsecond), dirty: true}
-	r.st.entries = append(r.st.entries, e)
+	e := r.addEntry(pr, StatusQueued, r.now.Truncate(time.Microsecond))
 	r.logInfo("labelled pull request pushed to by someone without write permission", "mergequeue.pushed_by_reader", n)
 	return r.bounce(e, fmt.Sprintf("new commits were pushed by @%s, who has %s permission, after it was labelled", pusher, perm), pushAdvice)
 }
@@ -682,7 +673,15 @@ func (r *run) command(in *intent) error {
 		if _, err := r.submit(schema.ActionRemoveLabel, r.issueResource(in.pr), schema.RemoveLabelPayload{Label: r.q.cfg.Label}, "unlabel", "#"+strconv.Itoa(in.pr)); err != nil {
 			return err
 		}
-		return r.dequeued(in.pr, in.user, inLine)
+		// Kept as bounced until the label is gone: the removal waits its
+		// turn behind the issue's other operations, and a labeled
+		// delivery handled meanwhile (baton's own label for the "/baton
+		// queue" before, delivered late) would otherwise join it again
+		// from the label still there, and merge it. A pull request in
+		// line may not carry the label yet: the "/baton queue" that
+		// queued it asked for it, and that operation may not have run
+		// (it runs before the removal).
+		return r.keepBounced(in.pr, "dequeued by @"+in.user+"; its label is being removed", inLine)
 	}
 	if _, err := r.join(in.pr, "/baton queue by @"+in.user, false); err != nil {
 		return err
@@ -705,36 +704,31 @@ func (r *run) command(in *intent) error {
 	return err
 }
 
-// dequeued keeps pull request n, dequeued by user while it carries the
-// label or while it was in line (inLine), as a bounced entry until the
-// label is gone: the removal asked for waits its turn behind the issue's
-// other operations, and a labeled delivery handled meanwhile (baton's own
-// label for the "/baton queue" before, delivered late) would otherwise
-// join it again from the label still there, and merge it. A pull request
-// in line may not carry the label yet: the "/baton queue" that queued it
-// asked for it, and that operation may not have run yet (it runs before
-// the removal).
-func (r *run) dequeued(n int, user string, inLine bool) error {
-	return r.keepBounced(n, "dequeued by @"+user+"; its label is being removed", inLine)
-}
-
 // keepBounced keeps pull request n, not in the queue and carrying the
-// label (or, if unlabelled, without it too), whose removal baton asked
-// for, as a bounced entry (for reason) until the label is gone: neither a
-// late labeled delivery from an App nor a reconcile queues it from the
-// label meanwhile.
-func (r *run) keepBounced(n int, reason string, unlabelled bool) error {
+// label (or, with evenUnlabelled, without it too), whose removal baton
+// asked for, as a bounced entry (for reason) until the label is gone:
+// neither a late labeled delivery from an App nor a reconcile queues it
+// from the label meanwhile.
+func (r *run) keepBounced(n int, reason string, evenUnlabelled bool) error {
 	if r.find(n) != nil {
 		return nil
 	}
 	pr, err := r.getPull(n)
-	if err != nil || pr == nil || pr.GetState() != "open" || (!unlabelled && !hasLabel(pr, r.q.cfg.Label)) {
+	if err != nil || pr == nil || pr.GetState() != "open" || (!evenUnlabelled && !hasLabel(pr, r.q.cfg.Label)) {
 		return err
 	}
-	r.st.entries = append(r.st.entries, &entry{pr: n, sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: StatusBounced,
-		queuedAt: r.now.Truncate(time.Microsecond), bounceReason: truncate(reason, 1000), dirty: true})
+	e := r.addEntry(pr, StatusBounced, r.now.Truncate(time.Microsecond))
+	e.bounceReason = truncate(reason, 1000)
 	r.note("#%d kept as bounced until its label is gone", n)
 	return nil
+}
+
+// addEntry puts pull request pr, at its current head and base, at the end
+// of the queue's entries with status, joined at queuedAt.
+func (r *run) addEntry(pr *github.PullRequest, status string, queuedAt time.Time) *entry {
+	e := &entry{pr: pr.GetNumber(), sha: pr.GetHead().GetSHA(), base: pr.GetBase().GetRef(), status: status, queuedAt: queuedAt}
+	r.st.entries = append(r.st.entries, e)
+	return e
 }
 
 // bounce takes e out of the queue for reason: a comment saying why, the
