@@ -239,9 +239,10 @@ func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 	case s == http.StatusConflict:
 		c.Category = CategoryConflict
 	case s >= 300 && s < 400:
-		// A redirect that would have changed the request's method
-		// (httpClient): the thing moved (an issue transferred to
-		// another repository) and is not where the operation names it.
+		// A redirect httpClient does not follow: one that would have
+		// changed the request's method (an issue transferred to another
+		// repository), or one off GitHub's host. Either way the thing is
+		// not where the operation names it.
 		c.Category = CategoryNotFound
 	default:
 		c.Category = CategoryValidation
