@@ -345,7 +345,7 @@ func (s *Setup) exchange(ctx context.Context, code string) (AppCredentials, erro
 	if creds.AppID <= 0 || creds.Slug == "" || creds.WebhookSecret == "" {
 		return AppCredentials{}, errors.New("GitHub's answer lacks the App's ID, slug or webhook secret")
 	}
-	if err := checkAppPrivateKey(creds.PrivateKey); err != nil {
+	if err := CheckAppPrivateKey(creds.PrivateKey); err != nil {
 		return AppCredentials{}, fmt.Errorf("GitHub's answer has no usable private key: %w", err)
 	}
 	return creds, nil

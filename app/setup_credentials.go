@@ -1,7 +1,6 @@
 package app
 
 import (
-	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/golang-jwt/jwt/v4"
 )
 
 // The files the setup flow writes in the data directory, mode 0600.
@@ -95,24 +96,23 @@ func LoadAppCredentials(dataDir string) (creds AppCredentials, ok bool, err erro
 	if creds.PrivateKey, err = os.ReadFile(keyPath); err != nil {
 		return AppCredentials{}, false, fmt.Errorf("app: read the App's private key: %w", err)
 	}
-	if err := checkAppPrivateKey(creds.PrivateKey); err != nil {
+	if err := CheckAppPrivateKey(creds.PrivateKey); err != nil {
 		return AppCredentials{}, false, fmt.Errorf("app: %s: %w", keyPath, err)
 	}
 	return creds, true, nil
 }
 
-// checkAppPrivateKey checks that pemBytes holds an RSA private key (PKCS #1,
-// as GitHub hands them out, or PKCS #8).
-func checkAppPrivateKey(pemBytes []byte) error {
+// CheckAppPrivateKey refuses a private key that is not what GitHub gives
+// an App: an RSA private key in PEM form (PKCS #1, as GitHub hands them
+// out, or PKCS #8), parsed as the executor's JWT signer will parse it.
+// Nothing of the key is shown.
+func CheckAppPrivateKey(pemBytes []byte) error {
 	block, _ := pem.Decode(pemBytes)
 	if block == nil {
-		return errors.New("no PEM block in the private key")
+		return errors.New("not a PEM file (GitHub gives an App's private key as a .pem file)")
 	}
-	if _, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
-		return nil
-	}
-	if _, err := x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
-		return errors.New("the private key is not an RSA key in PKCS #1 or PKCS #8")
+	if _, err := jwt.ParseRSAPrivateKeyFromPEM(pemBytes); err != nil {
+		return fmt.Errorf("not an RSA private key (its PEM block is %q; a GitHub App's key is RSA)", block.Type)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v4"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -345,7 +343,7 @@ func (o *serveOptions) config() (app.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--private-key: %w", err)
 		}
-		if err := checkPrivateKey(b); err != nil {
+		if err := app.CheckAppPrivateKey(b); err != nil {
 			return cfg, fmt.Errorf("--private-key %s: %w", o.privateKey, err)
 		}
 		cfg.PrivateKey = b
@@ -468,18 +466,4 @@ func secretFlag(name, value, file string) (string, error) {
 		return "", fmt.Errorf("--%s-file %s is empty", name, file)
 	}
 	return secret, nil
-}
-
-// checkPrivateKey refuses a --private-key that is not what GitHub gives an
-// App: an RSA private key in PEM form (the .pem file downloaded from the
-// App's settings). Nothing of the key is shown.
-func checkPrivateKey(b []byte) error {
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return errors.New("not a PEM file (GitHub gives an App's private key as a .pem file)")
-	}
-	if _, err := jwt.ParseRSAPrivateKeyFromPEM(b); err != nil {
-		return fmt.Errorf("not an RSA private key (its PEM block is %q; a GitHub App's key is RSA)", block.Type)
-	}
-	return nil
 }
