@@ -146,12 +146,27 @@ func (s *stack) relabelledAndMerged(t *testing.T, repo string, lease *coordinato
 	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
 }
 
+// reconciled runs a reconcile of repo (as installation 1) until one is
+// not skipped (the repository's lease was free), and returns its report.
+func (s *stack) reconciled(t *testing.T, repo string) mergequeue.Report {
+	t.Helper()
+	var rep mergequeue.Report
+	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
+		var err error
+		rep, err = s.q.Reconcile(context.Background(), 1, "octo", repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !rep.Skipped
+	})
+	return rep
+}
+
 // A reconcile while a bounced pull request's label removal waits its turn,
 // after the head moved again, does not queue the new head from the label
 // that is going.
 func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s := newStack(t, stackOptions{})
 	const repo = "reconcilebounced"
 	s.repo(t, repo, 1, []string{"ci"})
@@ -165,14 +180,7 @@ func TestReconcileDoesNotRequeueABouncedPullWhoseHeadMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.checksPass(t, repo, head)
-	var rep mergequeue.Report
-	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
-		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return !rep.Skipped
-	})
+	rep := s.reconciled(t, repo)
 	if e, ok := s.entryOf(t, repo, 1); !ok || e.Status != mergequeue.StatusBounced {
 		t.Errorf("the reconcile queued the reader's new head: %+v (in the queue: %v); report %+v", e, ok, rep)
 	}
@@ -340,15 +348,7 @@ func TestReconcileDoesNotQueueFromARefusedLabel(t *testing.T) {
 	waitFor(t, 30*time.Second, "the reader's label refused", func() bool {
 		return slices.ContainsFunc(s.events(t, repo), func(e mergequeue.EventRecord) bool { return e.Action == "labeled" })
 	})
-	var rep mergequeue.Report
-	var err error
-	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
-		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return !rep.Skipped
-	})
+	rep := s.reconciled(t, repo)
 	if e, ok := s.entryOf(t, repo, 1); ok && e.Status != mergequeue.StatusBounced {
 		t.Errorf("the reconcile queued #1 from the refused label: %+v; report %+v", e, rep)
 	}
@@ -407,14 +407,7 @@ func TestDequeueBeforeTheQueueCommandsLabelIsAdded(t *testing.T) {
 	// GitHub answers again: the next reconcile removes the label, and the
 	// entry goes with it.
 	s.sim.ClearFault(fault)
-	var rep mergequeue.Report
-	waitFor(t, 30*time.Second, "a reconcile that ran", func() bool {
-		rep, err = s.q.Reconcile(ctx, 1, "octo", repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return !rep.Skipped
-	})
+	s.reconciled(t, repo)
 	waitFor(t, 30*time.Second, "#1 out of the queue, its label gone", func() bool {
 		_, ok := s.entryOf(t, repo, 1)
 		return !ok && !slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
