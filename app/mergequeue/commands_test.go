@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/executor"
@@ -80,9 +81,37 @@ func TestCommentCommands(t *testing.T) {
 	if len(appComments()) != 1 {
 		t.Errorf("baton commented %d times: %q", len(appComments()), appComments())
 	}
-	// baton's reply, which quotes the command, was no command.
-	if got := len(auditOf(a, mergequeue.AuditJoin)); got != 1 {
-		t.Errorf("%d joins", got)
+
+	// A command in a comment by a bot is no command, even a bot with write
+	// permission: baton's own comments and other Apps' are not people
+	// asking for a merge.
+	if err := s.sim.SetPermission("octo", repo, "helper[bot]", "write"); err != nil {
+		t.Fatal(err)
+	}
+	comment("/baton queue", "helper[bot]")
+	waitFor(t, 30*time.Second, "the bot's comment handled", func() bool {
+		// Five comments: the reader's, baton's reply, the writer's, the
+		// maintainer's and the bot's.
+		ds, err := s.ledger.List(context.Background(), app.DeliveryFilter{Limit: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, d := range ds {
+			if d.State == app.DeliveryPending {
+				return false
+			}
+			if d.Event == "issue_comment" {
+				n++
+			}
+		}
+		return n == 5
+	})
+	if _, queued := s.entryOf(t, repo, 1); queued {
+		t.Fatal("a bot's /baton queue queued #1")
+	}
+	if got := len(auditOf(s.audit(t, repo), mergequeue.AuditJoin)); got != 1 {
+		t.Errorf("%d joins, want the writer's only", got)
 	}
 }
 
