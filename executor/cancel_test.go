@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -305,4 +308,53 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ma
 		}
 	}
 	return 0
+}
+
+// hookedLeases is the real coordinator with a function run once a lease
+// is taken and before Process goes on (KeepAlive is called right after).
+type hookedLeases struct {
+	*coordinator.Coordinator
+	onKeepAlive func(l *coordinator.Lease)
+}
+
+func (h hookedLeases) KeepAlive(ctx context.Context, l *coordinator.Lease) (context.Context, func()) {
+	h.onKeepAlive(l)
+	return h.Coordinator.KeepAlive(ctx, l)
+}
+
+// A cancellation accepted right after a worker marked the operation
+// running, before it made any call, stops it at the boundary before the
+// first call: the answer said running with its cancellation requested, and
+// nothing was in flight to let through. The operation is cancelled and
+// GitHub never sees the comment.
+func TestCancelJustAfterMarkedRunningMakesNoCall(t *testing.T) {
+	t.Parallel()
+	var (
+		exec   atomic.Pointer[Executor]
+		once   sync.Once
+		answer = make(chan schema.Record, 1)
+	)
+	s := newStack(t, stackOptions{leases: func(c *coordinator.Coordinator) Leases {
+		return hookedLeases{Coordinator: c, onKeepAlive: func(l *coordinator.Lease) {
+			once.Do(func() {
+				rec, err := exec.Load().Cancel(context.Background(), l.Owner)
+				if err != nil {
+					t.Errorf("cancel: %v", err)
+				}
+				answer <- rec
+			})
+		}}
+	}})
+	exec.Store(s.exec)
+	rec := s.submit(t, "cancel-at-start", schema.ActionComment, issue(11), `{"body":"never"}`)
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	if a := <-answer; a.Status != schema.StatusRunning || !a.CancellationRequested {
+		t.Fatalf("cancel answered status=%s cancellationRequested=%v", a.Status, a.CancellationRequested)
+	}
+	if is, _ := s.sim.Issue("octo", "demo", 11); len(is.Comments) != 0 {
+		t.Errorf("comments posted after the cancellation: %+v", is.Comments)
+	}
+	if calls, _ := callsAndProbes(got); got.Status != schema.StatusCancelled || calls != 0 || got.Attempts != 0 {
+		t.Errorf("status=%s attempts=%d calls=%d log=%+v", got.Status, got.Attempts, calls, got.AttemptLog)
+	}
 }

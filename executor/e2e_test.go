@@ -40,6 +40,9 @@ type stackOptions struct {
 	// front, if set, returns the address baton is to reach the simulator
 	// at (a proxy in front of it).
 	front func(t testing.TB, simURL string) string
+	// leases, if set, wraps the coordinator the executor takes its
+	// leases from (to act at a precise moment of Process).
+	leases func(*coordinator.Coordinator) Leases
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -76,6 +79,9 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	store := NewSQLiteStore(db, nil)
 	cfg := o.exec
 	cfg.Store, cfg.Dispatcher, cfg.Leases, cfg.GitHub, cfg.Logger = store, broker, coord, gh, log
+	if o.leases != nil {
+		cfg.Leases = o.leases(coord)
+	}
 	if cfg.Pacing.MinInterval == 0 && cfg.Pacing.ContentLimits == nil {
 		cfg.Pacing.Disabled = true
 	}

@@ -120,7 +120,7 @@ type Executor struct {
 	marks      *marker
 	pauses     *pauses
 	pacer      *pacer
-	cancels    signals
+	cancels    cancelSignals
 	nudger     Nudger
 	turns      turnstile
 	metrics    *metrics

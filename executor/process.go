@@ -274,6 +274,12 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	if err != nil {
 		return failed(err), false
 	}
+	// Watch for a cancellation before the save that marks the record
+	// running: one requested before the save makes it stale (read again),
+	// one after it finds the record running and closes this channel, which
+	// the first boundary sees, before any call.
+	cancelled, unwatch := e.cancels.watch(rec.OperationID)
+	defer unwatch()
 	lease, err := e.leases.AcquireWith(ctx, rec.Resource.Key(), rec.OperationID, e.cfg.LeaseTTL,
 		func(tx *sqlite.Tx, _ *coordinator.Lease) error { return save(tx) })
 	switch {
@@ -298,8 +304,6 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	kctx, stop := e.leases.KeepAlive(ctx, lease)
 	defer stop()
 	r := &runner{e: e, ctx: kctx, parent: ctx, drain: queue.Draining(ctx), lease: lease, rec: &run, target: tg, payload: payload, inst: inst, log: log, started: preStart, leave: leave}
-	cancelled, unwatch := e.cancels.watch(rec.OperationID)
-	defer unwatch()
 	r.cancelled = cancelled
 	if run.CancellationRequested && !r.probeOwed() {
 		res, _ := r.boundary()

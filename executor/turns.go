@@ -18,10 +18,8 @@ type Nudger interface {
 }
 
 // signals hands out, by key, channels that are closed when the key is
-// notified. Cancel uses it to wake the Process of the same operation at
-// once when both run in this process (other processes see the flag at the
-// next boundary or poll); the turnstile to wake the operations waiting for
-// a resource.
+// notified. The turnstile uses it to wake the operations waiting for a
+// resource.
 type signals struct {
 	mu sync.Mutex
 	m  map[string]chan struct{}
@@ -46,17 +44,7 @@ func (w *signals) watch(key string) (<-chan struct{}, func()) {
 	}
 }
 
-// notify closes key's channel, if it has one, and removes it.
-func (w *signals) notify(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ch, ok := w.m[key]; ok {
-		close(ch)
-		delete(w.m, key)
-	}
-}
-
-// notifyIf is notify if key's channel is still ch.
+// notifyIf closes key's channel, and removes it, if it is still ch.
 func (w *signals) notifyIf(key string, ch <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -72,6 +60,54 @@ func (w *signals) lookup(key string) (<-chan struct{}, bool) {
 	defer w.mu.Unlock()
 	ch, ok := w.m[key]
 	return ch, ok
+}
+
+// cancelSignals wakes the Process of an operation when Cancel is called
+// for it in this process (other processes see the flag at the next
+// boundary or poll). Every Process of the operation watching at once (a
+// duplicate delivery beside the one that holds the lease) shares one
+// channel, so that none of them takes the signal away from another.
+type cancelSignals struct {
+	mu sync.Mutex
+	m  map[string]*cancelSignal
+}
+
+type cancelSignal struct {
+	ch       chan struct{}
+	watchers int
+}
+
+// watch returns the channel closed at the operation's next notify, and
+// the function that stops watching it.
+func (c *cancelSignals) watch(id string) (<-chan struct{}, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]*cancelSignal)
+	}
+	sig, ok := c.m[id]
+	if !ok {
+		sig = &cancelSignal{ch: make(chan struct{})}
+		c.m[id] = sig
+	}
+	sig.watchers++
+	return sig.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if sig.watchers--; sig.watchers == 0 && c.m[id] == sig {
+			delete(c.m, id)
+		}
+	}
+}
+
+// notify closes the channel of every Process watching the operation.
+func (c *cancelSignals) notify(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sig, ok := c.m[id]; ok {
+		close(sig.ch)
+		delete(c.m, id)
+	}
 }
 
 // turnstile knows which resources an operation of this process holds, so
