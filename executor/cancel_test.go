@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -310,16 +311,27 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ma
 	return 0
 }
 
-// hookedLeases is the real coordinator with a function run once a lease
-// is taken and before Process goes on (KeepAlive is called right after).
+// hookedLeases is the real coordinator with functions run once a lease
+// is taken and before Process goes on (KeepAlive is called right after),
+// and before each fenced save.
 type hookedLeases struct {
 	*coordinator.Coordinator
 	onKeepAlive func(l *coordinator.Lease)
+	onFenced    func(l *coordinator.Lease)
 }
 
 func (h hookedLeases) KeepAlive(ctx context.Context, l *coordinator.Lease) (context.Context, func()) {
-	h.onKeepAlive(l)
+	if h.onKeepAlive != nil {
+		h.onKeepAlive(l)
+	}
 	return h.Coordinator.KeepAlive(ctx, l)
+}
+
+func (h hookedLeases) Fenced(ctx context.Context, l *coordinator.Lease, fn func(*sqlite.Tx) error) error {
+	if h.onFenced != nil {
+		h.onFenced(l)
+	}
+	return h.Coordinator.Fenced(ctx, l, fn)
 }
 
 // A cancellation accepted right after a worker marked the operation
@@ -355,6 +367,48 @@ func TestCancelJustAfterMarkedRunningMakesNoCall(t *testing.T) {
 		t.Errorf("comments posted after the cancellation: %+v", is.Comments)
 	}
 	if calls, _ := callsAndProbes(got); got.Status != schema.StatusCancelled || calls != 0 || got.Attempts != 0 {
+		t.Errorf("status=%s attempts=%d calls=%d log=%+v", got.Status, got.Attempts, calls, got.AttemptLog)
+	}
+}
+
+// A cancellation accepted while a worker saves the start of a further
+// attempt (after a failed one, its wait over and its boundary passed)
+// stops it before that call: the save brings the cancellation back with
+// it, and the call is not made.
+func TestCancelDuringAttemptStartSaveMakesNoCall(t *testing.T) {
+	t.Parallel()
+	var (
+		exec atomic.Pointer[Executor]
+		s    *stack
+		once sync.Once
+	)
+	s = newStack(t, stackOptions{leases: func(c *coordinator.Coordinator) Leases {
+		return hookedLeases{Coordinator: c, onFenced: func(l *coordinator.Lease) {
+			// The second attempt's start is saved once the first has
+			// ended: cancel then, before the save.
+			cur, err := s.store.Get(context.Background(), l.Owner)
+			if err != nil || len(cur.AttemptLog) != 1 || cur.AttemptLog[0].EndedAt.IsZero() {
+				return
+			}
+			once.Do(func() {
+				if rec, err := exec.Load().Cancel(context.Background(), l.Owner); err != nil || rec.Status != schema.StatusRunning {
+					t.Errorf("cancel: %s %v", rec.Status, err)
+				}
+			})
+		}}
+	}})
+	exec.Store(s.exec)
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: "POST /repos/{owner}/{repo}/statuses/{sha}", Kind: ghsim.FaultStatus, Status: 502, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sha := ghsim.DemoHeadSHA(3)
+	rec := s.submit(t, "cancel-at-second-start", schema.ActionCreateStatus, schema.Resource{Type: "commit", ID: "octo/demo@" + sha},
+		`{"state":"success","context":"ci"}`)
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	if sts, _ := s.sim.Statuses("octo", "demo", sha); len(sts) != 0 {
+		t.Errorf("statuses set after the cancellation: %+v", sts)
+	}
+	if calls, _ := callsAndProbes(got); got.Status != schema.StatusCancelled || calls != 1 || got.Attempts != 1 {
 		t.Errorf("status=%s attempts=%d calls=%d log=%+v", got.Status, got.Attempts, calls, got.AttemptLog)
 	}
 }

@@ -614,22 +614,39 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 // may have been applied.
 func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous bool) {
 	e := r.e
-	var a schema.Attempt
 	if r.started {
 		// Recorded with the lease: make the call now.
-		r.started = false
 		r.rec.AttemptLog[len(r.rec.AttemptLog)-1].StartedAt = e.now()
-		a = r.rec.AttemptLog[len(r.rec.AttemptLog)-1]
 	} else {
 		r.rec.Attempts++
-		a = schema.Attempt{Number: r.rec.Attempts, StartedAt: e.now()}
-		r.rec.AppendAttempt(a)
-		r.rec.UpdatedAt = a.StartedAt
+		now := e.now()
+		r.rec.AppendAttempt(schema.Attempt{Number: r.rec.Attempts, StartedAt: now})
+		r.rec.UpdatedAt = now
 		if err := r.saveFenced(); err != nil {
 			paced()
 			return r.lost(err), true, false
 		}
+		// Recorded ahead of its call from here on, as process records
+		// the first one: a cancellation that came meanwhile takes it back.
+		r.started = true
 	}
+	// A cancellation requested since the boundary (the save brings back
+	// one saved meanwhile; Cancel in this process closes r.cancelled) is
+	// seen before the call, not after it.
+	select {
+	case <-r.cancelled:
+		r.rec.CancellationRequested = true
+	default:
+	}
+	if r.rec.CancellationRequested {
+		paced()
+		// No probe is owed with the call not made (r.started): the
+		// boundary records the operation cancelled.
+		res, _ := r.boundary()
+		return res, true, false
+	}
+	r.started = false
+	a := r.rec.AttemptLog[len(r.rec.AttemptLog)-1]
 	if err := r.lease.AssertOwned(); err != nil {
 		paced()
 		return e.busy(), true, false
