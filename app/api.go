@@ -106,7 +106,9 @@ type Operations interface {
 // while it is not answers 503.
 type DeadLetters interface {
 	DeadLetters(ctx context.Context, after uint64, limit int) ([]queue.DeadLetter, error)
+	DeadLetter(ctx context.Context, seq uint64) (queue.DeadLetter, error)
 	ReplayDeadLetter(ctx context.Context, seq uint64) (queue.DeadLetter, error)
+	RemoveDeadLetter(ctx context.Context, seq uint64) error
 	DeadLetterOf(ctx context.Context, operationID string) (queue.DeadLetter, error)
 	Ready() error
 }

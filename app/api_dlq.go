@@ -2,8 +2,11 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+
+	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
@@ -84,12 +87,38 @@ func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request, p *Princi
 	if err != nil || seq == 0 {
 		return schema.Invalidf("seq must be a dead letter's sequence (a positive integer)")
 	}
-	dl, err := a.deadLetters.ReplayDeadLetter(r.Context(), seq)
-	if err != nil {
+	notFound := func(err error) error {
 		if errors.Is(err, queue.ErrDeadLetterNotFound) {
 			return schema.Errorf(schema.CodeNotFound, "no dead letter at sequence %d", seq)
 		}
 		return a.queueError(err)
+	}
+	dl, err := a.deadLetters.DeadLetter(r.Context(), seq)
+	if err != nil {
+		return notFound(err)
+	}
+	// A dead letter whose operation has finished since (it was cancelled)
+	// stands for nothing: replaying it would run nothing, and the operator
+	// is told so rather than that the operation is queued again. The
+	// dead letter goes now instead of at the next sweep.
+	rec, err := a.ops.Get(r.Context(), dl.OperationID)
+	if err != nil && schema.ErrorCode(err) != schema.CodeNotFound {
+		return err
+	}
+	if err == nil && rec.Terminal() {
+		if err := a.deadLetters.RemoveDeadLetter(r.Context(), seq); err != nil && !errors.Is(err, queue.ErrDeadLetterNotFound) {
+			a.log.Warn("dead letter of a finished operation not removed", zap.String("event", "api_dead_letter_remove_failed"),
+				zap.Uint64("sequence", seq), zap.String("operationId", dl.OperationID), zap.Error(err))
+		}
+		return &schema.Error{
+			Code:    schema.CodeAlreadyTerminal,
+			Message: fmt.Sprintf("operation %s is already %s: nothing to replay (its dead letter is removed)", dl.OperationID, rec.Status),
+			Details: map[string]any{"operationId": dl.OperationID, "status": string(rec.Status)},
+		}
+	}
+	dl, err = a.deadLetters.ReplayDeadLetter(r.Context(), seq)
+	if err != nil {
+		return notFound(err)
 	}
 	a.writeJSON(w, http.StatusOK, dl)
 	return nil

@@ -608,6 +608,63 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 }
 
+// A dead letter whose operation was cancelled since is not replayed: the
+// operator is told the operation is already cancelled (409
+// already_terminal, naming it), not that it is queued again, and the dead
+// letter goes at once.
+func TestAPIReplayOfCancelledOperation(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	ctx := context.Background()
+	v := env.submit(env.alice, "poison-then-cancel", 10)
+	c, err := queue.NewConsumer(env.broker, queue.ConsumerConfig{
+		Handler: func(ctx context.Context, id string) queue.Result {
+			return queue.Failed(errors.New("store unavailable"))
+		},
+		MaxFailures: 1, FetchWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := c.Stop(stopCtx); err != nil {
+			t.Error(err)
+		}
+	})
+	admin := env.client(env.admin)
+	var dl *schema.DeadLetterInfo
+	for deadline := time.Now().Add(10 * time.Second); dl == nil; time.Sleep(20 * time.Millisecond) {
+		op, err := admin.Get(ctx, v.OperationID)
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("never dead-lettered: %+v, %v", op, err)
+		}
+		dl = op.DeadLetter
+	}
+	if op, err := env.client(env.alice).Cancel(ctx, v.OperationID); err != nil || op.Status != schema.StatusCancelled {
+		t.Fatalf("cancel = %+v, %v", op, err)
+	}
+	_, err = admin.ReplayDeadLetter(ctx, dl.Sequence)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != client.CodeAlreadyTerminal ||
+		ce.Details["operationId"] != v.OperationID || ce.Details["status"] != "cancelled" {
+		t.Fatalf("replay of a cancelled operation's dead letter = %#v", err)
+	}
+	if list, err := admin.DeadLetters(ctx, 0, 0); err != nil || len(list.DeadLetters) != 0 {
+		t.Errorf("dead letters after the refused replay: %+v, %v", list, err)
+	}
+	if s := env.broker.Stats(); s.Replayed != 0 {
+		t.Errorf("broker replayed %d", s.Replayed)
+	}
+	if _, err := admin.ReplayDeadLetter(ctx, dl.Sequence); client.CodeOf(err) != client.CodeNotFound {
+		t.Errorf("replay again = %v", err)
+	}
+}
+
 // Tokens: missing, malformed, unknown and revoked tokens are 401 with a
 // challenge; a revocation through the server's store is immediate.
 func TestAPIAuthentication(t *testing.T) {

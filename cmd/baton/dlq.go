@@ -94,8 +94,10 @@ func newDLQReplayCmd() *cobra.Command {
 		Use:   "replay SEQ",
 		Short: "Put a dead letter's operation back in the queue",
 		Long: `Replay puts the operation of the dead letter at SEQ back in the queue, with
-no failures counted, and removes the dead letter. Operations already
-finished are acknowledged without running again.`,
+no failures counted, and removes the dead letter. If the operation has
+finished since (it was cancelled), nothing is replayed: replay fails with
+already_terminal, naming the operation and its status, and removes the
+dead letter.`,
 		Example: `  baton dlq replay 17`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
