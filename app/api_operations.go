@@ -62,6 +62,10 @@ func (a *API) submitOperation(w http.ResponseWriter, r *http.Request, p *Princip
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
+	} else if !rec.Terminal() {
+		// The same request again, for an operation that may be stuck in
+		// the dead-letter stream: say so, as the status view does.
+		view.DeadLetter = a.deadLetterOf(r.Context(), p, rec.OperationID)
 	}
 	w.Header().Set("Location", "/v1/operations/"+rec.OperationID)
 	a.writeJSON(w, status, view)

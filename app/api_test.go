@@ -608,16 +608,14 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 }
 
-// A dead letter whose operation was cancelled since is not replayed: the
-// operator is told the operation is already cancelled (409
-// already_terminal, naming it), not that it is queued again, and the dead
-// letter goes at once.
-func TestAPIReplayOfCancelledOperation(t *testing.T) {
-	t.Parallel()
-	env := newAPIEnv(t)
+// deadLetterAll fails every operation's message from now on, so that it
+// is dead-lettered at its first failure, and returns the dead letter of
+// the operation id once its status view shows it.
+func (e *apiEnv) deadLetterAll(id string) *schema.DeadLetterInfo {
+	t := e.t
+	t.Helper()
 	ctx := context.Background()
-	v := env.submit(env.alice, "poison-then-cancel", 10)
-	c, err := queue.NewConsumer(env.broker, queue.ConsumerConfig{
+	c, err := queue.NewConsumer(e.broker, queue.ConsumerConfig{
 		Handler: func(ctx context.Context, id string) queue.Result {
 			return queue.Failed(errors.New("store unavailable"))
 		},
@@ -636,19 +634,49 @@ func TestAPIReplayOfCancelledOperation(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	admin := env.client(env.admin)
-	var dl *schema.DeadLetterInfo
-	for deadline := time.Now().Add(10 * time.Second); dl == nil; time.Sleep(20 * time.Millisecond) {
-		op, err := admin.Get(ctx, v.OperationID)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		op, err := e.client(e.admin).Get(ctx, id)
 		if err != nil || time.Now().After(deadline) {
 			t.Fatalf("never dead-lettered: %+v, %v", op, err)
 		}
-		dl = op.DeadLetter
+		if op.DeadLetter != nil {
+			return op.DeadLetter
+		}
 	}
+}
+
+// The same request again for an operation waiting in the dead-letter
+// stream finds it (200) and says where it waits, as its status does: the
+// client learns why nothing happens rather than that it is queued.
+func TestAPIResubmitDeadLetteredOperation(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	v := env.submit(env.alice, "poison-resubmit", 10)
+	dl := env.deadLetterAll(v.OperationID)
+	r := env.do("POST", "/v1/operations", env.alice, apiSubmission("poison-resubmit", 10, "hello poison-resubmit"))
+	var got schema.View
+	r.decode(t, &got)
+	if r.status != http.StatusOK || got.OperationID != v.OperationID || got.Status != schema.StatusQueued ||
+		got.DeadLetter == nil || got.DeadLetter.Sequence != dl.Sequence || got.DeadLetter.Reason != "" {
+		t.Fatalf("resubmission: %d %s", r.status, r.body)
+	}
+}
+
+// A dead letter whose operation was cancelled since is not replayed: the
+// operator is told the operation is already cancelled (409
+// already_terminal, naming it), not that it is queued again, and the dead
+// letter goes at once.
+func TestAPIReplayOfCancelledOperation(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	ctx := context.Background()
+	v := env.submit(env.alice, "poison-then-cancel", 10)
+	dl := env.deadLetterAll(v.OperationID)
+	admin := env.client(env.admin)
 	if op, err := env.client(env.alice).Cancel(ctx, v.OperationID); err != nil || op.Status != schema.StatusCancelled {
 		t.Fatalf("cancel = %+v, %v", op, err)
 	}
-	_, err = admin.ReplayDeadLetter(ctx, dl.Sequence)
+	_, err := admin.ReplayDeadLetter(ctx, dl.Sequence)
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != client.CodeAlreadyTerminal ||
 		ce.Details["operationId"] != v.OperationID || ce.Details["status"] != "cancelled" {
