@@ -149,7 +149,9 @@ func parseDeadLetter(raw *jetstream.RawStreamMsg) (DeadLetter, bool) {
 // the dedupe window of the operation's first dispatch. If baton stops
 // between the two steps, the dead letter stays, and replaying it again
 // within the dedupe window stores nothing new (later, a second message the
-// executor finds already handled).
+// executor finds already handled). Of replays of one dead letter at once,
+// the one that removes it is the replay: the others store nothing new
+// either, and are ErrDeadLetterNotFound, as they would be a moment later.
 func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
 	s, err := b.session()
 	if err != nil {
@@ -162,10 +164,15 @@ func (b *Broker) ReplayDeadLetter(ctx context.Context, seq uint64) (DeadLetter, 
 	if _, err := s.js.PublishMsg(ctx, operationMsg(dl.OperationID, replayMsgID(dl.OperationID, seq))); err != nil {
 		return DeadLetter{}, fmt.Errorf("queue: replay dead letter %d: %w", seq, err)
 	}
-	b.counters.replayed.Add(1)
-	if err := s.deleteDeadLetter(ctx, seq); err != nil && !errors.Is(err, ErrDeadLetterNotFound) {
+	if err := s.deleteDeadLetter(ctx, seq); err != nil {
+		if errors.Is(err, ErrDeadLetterNotFound) {
+			// Replayed by another caller meanwhile (whose message this
+			// one's duplicates), or removed.
+			return DeadLetter{}, fmt.Errorf("%w: sequence %d was replayed or removed meanwhile", ErrDeadLetterNotFound, seq)
+		}
 		return DeadLetter{}, fmt.Errorf("queue: remove replayed dead letter %d: %w", seq, err)
 	}
+	b.counters.replayed.Add(1)
 	b.log.Info("dead letter replayed", zap.String(fieldEvent, "queue.dead_letter_replayed"),
 		zap.String(fieldOperationID, dl.OperationID), zap.Uint64(fieldSequence, seq))
 	return dl, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,5 +226,65 @@ func TestReasonText(t *testing.T) {
 	long := reasonText(errors.New(strings.Repeat("é", 600)))
 	if len(long) > maxReasonBytes+len("…") || !strings.HasSuffix(long, "…") {
 		t.Errorf("long reason: %d bytes", len(long))
+	}
+}
+
+// Replays of one dead letter at once (two admins, a retried request) are
+// one replay: exactly one of them is answered as the replay, the others
+// find the dead letter gone, and the operation is delivered once more, not
+// once per caller.
+func TestConcurrentReplaysReplayOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	var healed atomic.Bool
+	rec := newRecorder()
+	rec.result = func(string, int) Result {
+		if healed.Load() {
+			return Done()
+		}
+		return Failed(errors.New("store unavailable"))
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailures: 1})
+	dispatch(t, b, "poison")
+	var dls []DeadLetter
+	eventually(t, 10*time.Second, "a dead letter", func() bool {
+		var err error
+		dls, err = b.DeadLetters(ctx, 0, 0)
+		return err == nil && len(dls) == 1
+	})
+	healed.Store(true)
+	const callers = 8
+	var (
+		wg           sync.WaitGroup
+		ok, notFound atomic.Int32
+		start        = make(chan struct{})
+	)
+	for range callers {
+		wg.Go(func() {
+			<-start
+			_, err := b.ReplayDeadLetter(ctx, dls[0].Sequence)
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, ErrDeadLetterNotFound):
+				notFound.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if ok.Load() != 1 || notFound.Load() != callers-1 {
+		t.Errorf("%d replays succeeded and %d found no dead letter; want 1 and %d", ok.Load(), notFound.Load(), callers-1)
+	}
+	if s := b.Stats(); s.Replayed != 1 {
+		t.Errorf("stats: replayed %d, want 1", s.Replayed)
+	}
+	eventually(t, 5*time.Second, "replayed operation handled", func() bool { return rec.count("poison") == 2 })
+	eventually(t, 5*time.Second, "stream empty", func() bool { return streamMsgs(t, b.sess.Load().ops) == 0 })
+	if n := rec.count("poison"); n != 2 {
+		t.Errorf("handler called %d times for poison, want 2 (one failure, one replay)", n)
 	}
 }
