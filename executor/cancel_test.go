@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -410,5 +411,76 @@ func TestCancelDuringAttemptStartSaveMakesNoCall(t *testing.T) {
 	}
 	if calls, _ := callsAndProbes(got); got.Status != schema.StatusCancelled || calls != 1 || got.Attempts != 1 {
 		t.Errorf("status=%s attempts=%d calls=%d log=%+v", got.Status, got.Attempts, calls, got.AttemptLog)
+	}
+}
+
+// An operation in the dead-letter stream holds back the later operations
+// of its resource: they wait while it waits for an operator, and once it
+// is replayed the three run in the order they were submitted.
+func TestDeadLetteredOperationKeepsItsResourceOrderWhenReplayed(t *testing.T) {
+	t.Parallel()
+	var (
+		poison atomic.Value
+		healed atomic.Bool
+	)
+	poison.Store("")
+	s := newStack(t, stackOptions{maxFailures: 1, handler: func(h queue.Handler) queue.Handler {
+		return func(ctx context.Context, id string) queue.Result {
+			if id == poison.Load().(string) && !healed.Load() {
+				return queue.Failed(errors.New("store unavailable"))
+			}
+			return h(ctx, id)
+		}
+	}})
+	ctx := context.Background()
+	// The issue is held elsewhere until the first operation is
+	// dead-lettered, so that it is still queued then.
+	held, err := s.coord.Acquire(ctx, issue(12).Key(), "outside", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := schema.Submission{IdempotencyKey: "first", Action: schema.ActionComment, Resource: issue(12), Payload: json.RawMessage(`{"body":"first"}`), InstallationID: 1}
+	rec, err := NewRecord("tester", sub, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison.Store(rec.OperationID)
+	first := s.submit(t, "first", schema.ActionComment, issue(12), `{"body":"first"}`)
+	var dl queue.DeadLetter
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if dl, err = s.broker.DeadLetterOf(ctx, first.OperationID); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never dead-lettered: %v", err)
+		}
+	}
+	second := s.submit(t, "second", schema.ActionComment, issue(12), `{"body":"second"}`)
+	third := s.submit(t, "third", schema.ActionComment, issue(12), `{"body":"third"}`)
+	if err := s.coord.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the later ones are delivered, and wait
+	for _, id := range []string{second.OperationID, third.OperationID} {
+		if got, err := s.store.Get(ctx, id); err != nil || got.Status != schema.StatusQueued {
+			t.Fatalf("behind a dead letter: %s %v", got.Status, err)
+		}
+	}
+	healed.Store(true)
+	if _, err := s.broker.ReplayDeadLetter(ctx, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{first.OperationID, second.OperationID, third.OperationID} {
+		if got := s.await(t, id, 10*time.Second); got.Status != schema.StatusSucceeded {
+			t.Errorf("%s: %s", got.IdempotencyKey, got.Status)
+		}
+	}
+	is, _ := s.sim.Issue("octo", "demo", 12)
+	var order []string
+	for _, c := range is.Comments {
+		order = append(order, strings.SplitN(c.Body, "\n", 2)[0])
+	}
+	if strings.Join(order, ",") != "first,second,third" {
+		t.Errorf("comments in the order %v", order)
 	}
 }

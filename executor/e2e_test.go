@@ -43,6 +43,10 @@ type stackOptions struct {
 	// leases, if set, wraps the coordinator the executor takes its
 	// leases from (to act at a precise moment of Process).
 	leases func(*coordinator.Coordinator) Leases
+	// handler, if set, wraps the queue's handler (to fail some messages).
+	handler func(queue.Handler) queue.Handler
+	// maxFailures is the consumer's MaxFailures (0: its default).
+	maxFailures int
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -92,9 +96,14 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if err := exec.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	handler := QueueHandler(exec)
+	if o.handler != nil {
+		handler = o.handler(handler)
+	}
 	cons, err := queue.NewConsumer(broker, queue.ConsumerConfig{
 		Concurrency: max(o.concurrency, 32),
-		Handler:     QueueHandler(exec),
+		Handler:     handler,
+		MaxFailures: o.maxFailures,
 	})
 	if err != nil {
 		t.Fatal(err)
