@@ -97,18 +97,27 @@ func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request, p *Princi
 	if err != nil {
 		return notFound(err)
 	}
-	// A dead letter whose operation has finished since (it was cancelled)
-	// stands for nothing: replaying it would run nothing, and the operator
-	// is told so rather than that the operation is queued again. The
-	// dead letter goes now instead of at the next sweep.
+	// A dead letter whose operation has finished since (it was cancelled),
+	// or whose record is gone (deleted after the retention), stands for
+	// nothing: replaying it would run nothing, and the operator is told so
+	// rather than that the operation is queued again. The dead letter goes
+	// now instead of at the next sweep.
 	rec, err := a.ops.Get(r.Context(), dl.OperationID)
-	if err != nil && schema.ErrorCode(err) != schema.CodeNotFound {
+	gone := schema.ErrorCode(err) == schema.CodeNotFound
+	if err != nil && !gone {
 		return err
 	}
-	if err == nil && rec.Terminal() {
+	if gone || rec.Terminal() {
 		if err := a.deadLetters.RemoveDeadLetter(r.Context(), seq); err != nil && !errors.Is(err, queue.ErrDeadLetterNotFound) {
 			a.log.Warn("dead letter of a finished operation not removed", zap.String("event", "api_dead_letter_remove_failed"),
 				zap.Uint64("sequence", seq), zap.String("operationId", dl.OperationID), zap.Error(err))
+		}
+		if gone {
+			return &schema.Error{
+				Code:    schema.CodeNotFound,
+				Message: fmt.Sprintf("operation %s no longer exists (its record was deleted after the retention): nothing to replay (its dead letter is removed)", dl.OperationID),
+				Details: map[string]any{"operationId": dl.OperationID},
+			}
 		}
 		return &schema.Error{
 			Code:    schema.CodeAlreadyTerminal,

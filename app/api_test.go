@@ -608,6 +608,36 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 }
 
+// A dead letter whose operation's record is gone (finished, then deleted
+// after the retention) is not replayed either: there is no operation to
+// run, and the operator is told so (404, naming it); the letter goes.
+func TestAPIReplayOfDeletedOperation(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	ctx := context.Background()
+	v := env.submit(env.alice, "poison-then-pruned", 10)
+	dl := env.deadLetterAll(v.OperationID)
+	if _, err := env.client(env.alice).Cancel(ctx, v.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := env.store.Prune(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("prune: %d, %v", n, err)
+	}
+	admin := env.client(env.admin)
+	_, err := admin.ReplayDeadLetter(ctx, dl.Sequence)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusNotFound || ce.Code != client.CodeNotFound ||
+		ce.Details["operationId"] != v.OperationID || !strings.Contains(ce.Message, "no longer exists") {
+		t.Fatalf("replay of a deleted operation's dead letter = %#v", err)
+	}
+	if list, err := admin.DeadLetters(ctx, 0, 0); err != nil || len(list.DeadLetters) != 0 {
+		t.Errorf("dead letters after the refused replay: %+v, %v", list, err)
+	}
+	if s := env.broker.Stats(); s.Replayed != 0 {
+		t.Errorf("broker replayed %d", s.Replayed)
+	}
+}
+
 // deadLetterAll fails every operation's message from now on, so that it
 // is dead-lettered at its first failure, and returns the dead letter of
 // the operation id once its status view shows it.

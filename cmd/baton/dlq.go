@@ -97,7 +97,8 @@ func newDLQReplayCmd() *cobra.Command {
 no failures counted, and removes the dead letter. If the operation has
 finished since (it was cancelled), nothing is replayed: replay fails with
 already_terminal, naming the operation and its status, and removes the
-dead letter.`,
+dead letter; so it does, with not_found, when the operation's record is
+gone (deleted after the retention).`,
 		Example: `  baton dlq replay 17`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
