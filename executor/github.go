@@ -6,11 +6,14 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
@@ -56,6 +59,11 @@ type GitHubClients struct {
 	timeout   time.Duration
 	userAgent string
 	app       *github.Client
+
+	// skew is GitHub's clock minus this machine's (nanoseconds), as the
+	// Date of a refused App JWT last showed it: the App's JWTs are
+	// issued on GitHub's clock (see jwtClockTransport).
+	skew atomic.Int64
 
 	mu      sync.Mutex
 	clients map[int64]*github.Client
@@ -164,9 +172,10 @@ func httpClient(rt http.RoundTripper) *http.Client {
 }
 
 func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
+	signer := appJWTSigner{Signer: ghinstallation.NewRSASigner(jwt.SigningMethodRS256, g.key), skew: &g.skew}
 	// It cannot fail: a signer is given.
-	t, _ := ghinstallation.NewAppsTransportWithOptions(g.transport, g.appID,
-		ghinstallation.WithSigner(appJWTSigner{ghinstallation.NewRSASigner(jwt.SigningMethodRS256, g.key)}))
+	t, _ := ghinstallation.NewAppsTransportWithOptions(jwtClockTransport{next: g.transport, signer: signer, appID: g.appID}, g.appID,
+		ghinstallation.WithSigner(signer))
 	t.BaseURL = strings.TrimRight(g.base.String(), "/")
 	return t
 }
@@ -176,7 +185,8 @@ func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
 // issued in its future or expiring more than 10 minutes into it, and
 // asks for iat 60 s in the past against clock drift. A JWT issued now
 // minus a minute, expiring ten minutes after that, is accepted while this
-// machine's clock is less than a minute ahead of GitHub's or nine behind.
+// machine's clock is less than a minute ahead of GitHub's or nine behind;
+// beyond that, jwtClockTransport learns the difference.
 const (
 	JWTBackdate = 60 * time.Second
 	JWTLifetime = 10 * time.Minute
@@ -186,17 +196,97 @@ const (
 // instead of ghinstallation's own (iat 30 s in the past, exp 2 minutes
 // after): with those, a clock more than 30 s ahead of GitHub's issues
 // JWTs in GitHub's future, every token exchange is refused with 401, and
-// every operation fails as if its installation were gone.
-type appJWTSigner struct{ ghinstallation.Signer }
+// every operation fails as if its installation were gone. The times are
+// taken on GitHub's clock: this machine's plus skew, once learned.
+type appJWTSigner struct {
+	ghinstallation.Signer
+	skew *atomic.Int64 // nil: none
+}
 
 func (s appJWTSigner) Sign(claims jwt.Claims) (string, error) {
 	if rc, ok := claims.(*jwt.RegisteredClaims); ok {
+		now := time.Now()
+		if s.skew != nil {
+			now = now.Add(time.Duration(s.skew.Load()))
+		}
 		// GitHub wants whole seconds.
-		iat := time.Now().Add(-JWTBackdate).Truncate(time.Second)
+		iat := now.Add(-JWTBackdate).Truncate(time.Second)
 		rc.IssuedAt = jwt.NewNumericDate(iat)
 		rc.ExpiresAt = jwt.NewNumericDate(iat.Add(JWTLifetime))
 	}
 	return s.Signer.Sign(claims)
+}
+
+// Bounds of the clock difference jwtClockTransport acts on: below
+// jwtSkewTolerance a refusal is not the clock's doing (the JWT's window
+// has a minute's margin on one side and nine on the other); beyond
+// jwtMaxSkew the Date is not believed.
+const (
+	jwtSkewTolerance = 30 * time.Second
+	jwtMaxSkew       = 24 * time.Hour
+)
+
+// jwtClockTransport carries the requests the App makes with its JWT (the
+// installation-token exchange, /app routes). GitHub refuses with 401 a
+// JWT issued in its future or expired by its clock: with this machine's
+// clock more than a minute ahead of GitHub's, or nine behind, every
+// token exchange would be refused and every operation would fail as if
+// its installation were gone, until someone fixed the clock. When a 401
+// comes with a Date that shows GitHub's clock off this machine's by
+// jwtSkewTolerance or more from what was learned before, the difference
+// is kept (the signer issues JWTs on GitHub's clock from then on) and the
+// request is sent once more with a JWT so issued. (GitHub's client
+// libraries do the same.) A 401 is not applied, so sending again is safe.
+type jwtClockTransport struct {
+	next   http.RoundTripper
+	signer appJWTSigner
+	appID  int64
+}
+
+func (t jwtClockTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || !signedWithJWT(req) {
+		// (The installations' transports send their requests, made with
+		// an installation token, through this one too.)
+		return resp, err
+	}
+	date, derr := http.ParseTime(resp.Header.Get("Date"))
+	if derr != nil {
+		return resp, nil
+	}
+	// Date is in whole seconds, rounded down: the JWT errs on the side
+	// of the past, which its minute's margin covers.
+	skew := time.Until(date)
+	if skew.Abs() > jwtMaxSkew || (skew-time.Duration(t.signer.skew.Load())).Abs() < jwtSkewTolerance {
+		return resp, nil
+	}
+	t.signer.skew.Store(int64(skew))
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return resp, nil // cannot be sent again; the next request will do
+	}
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return resp, nil
+		}
+		again.Body = body
+	}
+	token, err := t.signer.Sign(&jwt.RegisteredClaims{Issuer: strconv.FormatInt(t.appID, 10)})
+	if err != nil {
+		return resp, nil
+	}
+	again.Header.Set("Authorization", "Bearer "+token)
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return t.next.RoundTrip(again)
+}
+
+// signedWithJWT reports whether req carries an App JWT (not an
+// installation token).
+func signedWithJWT(req *http.Request) bool {
+	token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	return ok && strings.Count(token, ".") == 2
 }
 
 // App returns the client authenticated as the App itself (JWT), for

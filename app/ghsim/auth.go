@@ -245,7 +245,7 @@ func (s *Sim) verifyJWT(raw string) (*app, response, bool) {
 		}
 		return nil, jwtError("A JSON web token could not be decoded"), false
 	}
-	now := time.Now()
+	now := s.cfg.JWTNow()
 	iat, okIat := integerClaim(claims["iat"])
 	if !okIat || time.Unix(iat, 0).After(now.Add(jwtLeeway)) {
 		return nil, jwtError("'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued."), false

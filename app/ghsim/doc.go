@@ -69,8 +69,9 @@
 //     the receiver — and ordered per repository (per installation for
 //     installation events).
 //   - Time (token expiry, rate-limit windows, timestamps) comes from
-//     Config.Now. App JWTs are checked against the wall clock, as the
-//     clients that sign them use theirs.
+//     Config.Now. App JWTs are checked against Config.JWTNow, the wall
+//     clock by default, as the clients that sign them use theirs (set it
+//     off the wall clock to simulate a GitHub whose clock differs).
 //
 // # Use
 //

@@ -25,8 +25,12 @@ type Config struct {
 	// Now is the simulator's clock: token expiry, rate-limit windows and the
 	// timestamps of objects and effects. App JWTs are the exception: they
 	// are signed by clients with their wall clock, so they are checked
-	// against time.Now. Defaults to time.Now.
+	// against JWTNow. Defaults to time.Now.
 	Now func() time.Time
+	// JWTNow is the clock App JWTs are checked against, GitHub's own as
+	// the App's clients see it: set it off time.Now to simulate a
+	// GitHub whose clock differs from the client's. Defaults to time.Now.
+	JWTNow func() time.Time
 
 	// AppID is the ID of the simulated GitHub App. Defaults to 1.
 	AppID int64
@@ -114,6 +118,9 @@ func New(cfg Config) (*Sim, error) {
 	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1:0")
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.JWTNow == nil {
+		cfg.JWTNow = time.Now
 	}
 	cfg.AppID = cmp.Or(cfg.AppID, 1)
 	cfg.AppName = cmp.Or(cfg.AppName, "baton-sim")
