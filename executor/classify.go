@@ -51,6 +51,14 @@ const DefaultSecondaryWait = 60 * time.Second
 // still holds, it is refused, and the new refusal says how long to wait.
 const MaxProviderWait = time.Hour
 
+// ResetMargin is how long after a rate limit's reset baton sends again.
+// GitHub names the reset in whole seconds and asks not to send until
+// after it: a request sent at that very second can find the window not
+// yet renewed and be refused again, spending an attempt (an operation of
+// one attempt failed so). go-github's own wait for a reset, and GitHub's
+// JavaScript client, add a second too.
+const ResetMargin = time.Second
+
 // Classification is what baton makes of one failed call to GitHub.
 type Classification struct {
 	// Category names the kind of failure (Category* constants).
@@ -328,14 +336,15 @@ func resetWait(h http.Header, now time.Time) time.Duration {
 	return untilReset(time.Unix(n, 0), h, now)
 }
 
-// untilReset is the wait until reset, a time on GitHub's clock: measured
-// from the response's Date (GitHub's clock too) when it has one, so that
-// this machine's clock being off does not change it, and from now
-// otherwise; at least a second and at most MaxProviderWait. (A clock
-// ahead of GitHub's would otherwise see a reset minutes away as past, and
-// spend attempts on requests GitHub refuses again.)
+// untilReset is the wait until ResetMargin after reset, a time on
+// GitHub's clock: measured from the response's Date (GitHub's clock too)
+// when it has one, so that this machine's clock being off does not change
+// it, and from now otherwise; at least a second and at most
+// MaxProviderWait. (A clock ahead of GitHub's would otherwise see a reset
+// minutes away as past, and spend attempts on requests GitHub refuses
+// again.)
 func untilReset(reset time.Time, h http.Header, now time.Time) time.Duration {
-	return min(max(reset.Sub(githubNow(h, now)), time.Second), MaxProviderWait)
+	return min(max(reset.Add(ResetMargin).Sub(githubNow(h, now)), time.Second), MaxProviderWait)
 }
 
 // secondaryWait is the wait a secondary rate limit names, by GitHub's

@@ -34,7 +34,7 @@ func TestClassifyEdges(t *testing.T) {
 			CategoryPrimaryRateLimit, 120 * time.Second},
 		{"429 primary, reset longer than Retry-After", errResp(429, "API rate limit exceeded",
 			"X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", reset, "Retry-After", "30"),
-			CategoryPrimaryRateLimit, 90 * time.Second},
+			CategoryPrimaryRateLimit, 90*time.Second + ResetMargin},
 		// GitHub's older wording of a secondary limit, with a
 		// documentation_url go-github does not know.
 		{"403 abuse detection by message only", errResp(403, "You have triggered an abuse detection mechanism. Please wait a few minutes before you try again."),

@@ -68,12 +68,12 @@ func TestClassify(t *testing.T) {
 		status    int
 	}{
 		{"primary RateLimitError with reset", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}}, Response: resp(403)},
-			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 403},
+			CategoryPrimaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 403},
 		// go-github's own refusals carry a made-up 403 without headers
 		// (checkRateLimitBeforeDo, checkSecondaryRateLimitBeforeDo).
 		{"primary RateLimitError synthetic (not sent)", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: now.Add(5 * time.Minute)}},
 			Response: syntheticResp(), Message: "API rate limit of 5000 still exceeded until 2026-03-01 12:05:00 +0000 UTC, not making remote request."},
-			CategoryPrimaryRateLimit, true, false, true, 5 * time.Minute, 0},
+			CategoryPrimaryRateLimit, true, false, true, 5*time.Minute + ResetMargin, 0},
 		{"secondary AbuseRateLimitError synthetic (not sent)", &github.AbuseRateLimitError{Response: syntheticResp(), RetryAfter: secs(40 * time.Second),
 			Message: "API secondary rate limit exceeded until 2026-03-01 12:00:40 +0000 UTC, not making remote request."},
 			CategorySecondaryRateLimit, true, false, true, 40 * time.Second, 0},
@@ -91,7 +91,7 @@ func TestClassify(t *testing.T) {
 		{"secondary AbuseRateLimitError, reset with no budget left", &github.AbuseRateLimitError{
 			Response:   resp(403, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10)),
 			RetryAfter: secs(90 * time.Second)},
-			CategorySecondaryRateLimit, true, false, true, 90 * time.Second, 403},
+			CategorySecondaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 403},
 		{"secondary by message only", errResp(403, "You have exceeded a secondary rate limit and have been temporarily blocked"),
 			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
 		{"secondary by message with Retry-After", errResp(403, "You have exceeded a secondary rate limit", "Retry-After", "7"),
@@ -101,7 +101,7 @@ func TestClassify(t *testing.T) {
 		{"429 without Retry-After", errResp(429, "Too Many Requests"),
 			CategoryRateLimited, true, false, true, DefaultSecondaryWait, 429},
 		{"429 primary (remaining 0, reset)", errResp(429, "API rate limit exceeded", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10)),
-			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 429},
+			CategoryPrimaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 429},
 		{"AcceptedError", &github.AcceptedError{}, CategoryServerError, true, true, false, 0, 202},
 		{"500", errResp(500, "Server Error"), CategoryServerError, true, true, false, 0, 500},
 		{"502", errResp(502, ""), CategoryServerError, true, true, false, 0, 502},
@@ -138,10 +138,10 @@ func TestClassify(t *testing.T) {
 		// not the installation going away.
 		{"installation token 403 primary limit", &ghinstallation.HTTPError{Message: "x",
 			Response: resp(403, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10))},
-			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 403},
+			CategoryPrimaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 403},
 		{"installation token 429 primary limit", &ghinstallation.HTTPError{Message: "x",
 			Response: resp(429, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", strconv.FormatInt(reset.Unix(), 10))},
-			CategoryPrimaryRateLimit, true, false, true, 90 * time.Second, 429},
+			CategoryPrimaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 429},
 		{"installation token 403 secondary limit (body)", &ghinstallation.HTTPError{Message: "x",
 			Response: withBody(resp(403), `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}`)},
 			CategorySecondaryRateLimit, true, false, true, DefaultSecondaryWait, 403},
@@ -248,20 +248,20 @@ func TestClassifyMeasuresResetsOnGitHubsClock(t *testing.T) {
 			wait time.Duration
 		}{
 			{"RateLimitError", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
-				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
-			{"429 primary", errResp(429, "", "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr), 30 * time.Second},
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30*time.Second + ResetMargin},
+			{"429 primary", errResp(429, "", "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr), 30*time.Second + ResetMargin},
 			{"installation token 403 primary", &ghinstallation.HTTPError{Message: "x",
-				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30*time.Second + ResetMargin},
 			// GitHub names a secondary limit's end by a reset instead of
 			// Retry-After when no primary budget is left; go-github
 			// measures it by this machine's clock.
 			{"secondary limit with a reset", &github.AbuseRateLimitError{RetryAfter: &untilByOurClock,
-				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30 * time.Second},
+				Response: resp(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", resetHdr)}, 30*time.Second + ResetMargin},
 			{"429 Retry-After as an HTTP-date", errResp(429, "", "Date", date, "Retry-After", reset.Format(http.TimeFormat)), 30 * time.Second},
 			// go-github's own refusal has no Date: it refuses by this
 			// machine's clock, so the wait is measured by it.
 			{"RateLimitError synthetic", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
-				Response: syntheticResp(), Message: "not making remote request."}, max(untilByOurClock, time.Second)},
+				Response: syntheticResp(), Message: "not making remote request."}, max(untilByOurClock+ResetMargin, time.Second)},
 		}
 		for _, c := range cases {
 			if got := Classify(c.err, now).Wait; got != c.wait {

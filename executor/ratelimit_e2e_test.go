@@ -1,0 +1,38 @@
+package executor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/schema"
+)
+
+// After the installation's primary budget is spent, its operations wait
+// for the reset and then go on. GitHub names the reset in whole seconds:
+// a request sent at that very second could find the window not renewed
+// yet and be refused again, which spent the attempt of an operation that
+// had only one, and it failed with primary_rate_limit. baton sends again
+// a second after the reset.
+func TestPrimaryLimitResumesAfterItsReset(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: 1, PrimaryWindow: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	first := s.submit(t, "spends-the-budget", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s %s", got.Status, got.LastErrorMessage)
+	}
+	second := s.submit(t, "waits-for-the-reset", schema.ActionComment, issue(10), `{"body":"two"}`,
+		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
+	got := s.await(t, second.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 {
+		t.Fatalf("status=%s attempts=%d %s log=%+v", got.Status, got.Attempts, got.LastErrorMessage, got.AttemptLog)
+	}
+	for _, a := range got.AttemptLog {
+		if a.HTTPStatus == 403 {
+			t.Errorf("a request GitHub refused for the spent budget: %+v", a)
+		}
+	}
+}
