@@ -145,6 +145,16 @@ func Classify(err error, now time.Time) Classification {
 			c.Category = CategoryUnauthorized
 		}
 		return c
+	case errors.As(err, &rle) && rle.Response != nil && !synthetic(rle.Response, rle.Message) && !rateLimitText(rle.Message):
+		// go-github takes every 403 with x-ratelimit-remaining 0 for the
+		// primary limit; but the request that spent the last of the
+		// budget can be refused for another reason ("Resource not
+		// accessible by integration"), which waiting for the reset would
+		// not change: the operation would be parked for up to an hour
+		// only to be refused again. It is what GitHub says it is. (The
+		// budget is spent all the same: go-github refuses the
+		// installation's next requests on its own, which pauses it.)
+		return classifyResponse(&github.ErrorResponse{Response: rle.Response, Message: rle.Message}, now)
 	case errors.As(err, &rle):
 		// Primary rate limit: nothing more until the reset, for the whole
 		// installation. go-github also returns this without sending when it
@@ -274,6 +284,15 @@ func tooManyRequests(c *Classification, h http.Header, now time.Time) {
 	if c.Wait <= 0 {
 		c.Wait = DefaultSecondaryWait
 	}
+}
+
+// rateLimitText reports whether a 403's message, with the budget spent,
+// is a rate limit's ("API rate limit exceeded for installation ID …",
+// "You have exceeded a secondary rate limit", "… abuse detection …"), or
+// says nothing else.
+func rateLimitText(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.TrimSpace(m) == "" || strings.Contains(m, "rate limit") || strings.Contains(m, "abuse")
 }
 
 func secondaryText(msg string) bool {

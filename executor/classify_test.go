@@ -155,6 +155,17 @@ func TestClassify(t *testing.T) {
 		{"installation token network", &ghinstallation.HTTPError{Message: "x", RootCause: urlErr(io.EOF)},
 			CategoryNetwork, true, true, false, 0, 0},
 		{"something else", errors.New("boom"), CategoryInternal, false, false, false, 0, 0},
+		// The request that spent the last of the budget, refused for
+		// another reason: go-github makes it a RateLimitError.
+		{"403 for another reason with the budget spent", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
+			Response: resp(403, "X-Ratelimit-Remaining", "0"), Message: "Resource not accessible by integration"},
+			CategoryForbidden, false, false, false, 0, 403},
+		{"403 suspended with the budget spent", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
+			Response: resp(403, "X-Ratelimit-Remaining", "0"), Message: "This installation has been suspended"},
+			CategoryInstallationUnavailable, false, false, false, 0, 403},
+		{"primary RateLimitError with GitHub's message", &github.RateLimitError{Rate: github.Rate{Reset: github.Timestamp{Time: reset}},
+			Response: resp(403, "X-Ratelimit-Remaining", "0"), Message: "API rate limit exceeded for installation ID 1."},
+			CategoryPrimaryRateLimit, true, false, true, 90*time.Second + ResetMargin, 403},
 	}
 	for _, c := range cases {
 		got := Classify(c.err, now)

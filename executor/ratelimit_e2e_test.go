@@ -36,3 +36,24 @@ func TestPrimaryLimitResumesAfterItsReset(t *testing.T) {
 		}
 	}
 }
+
+// The request that spends the last of the installation's budget can be
+// refused for another reason: its 403 carries x-ratelimit-remaining 0,
+// which go-github takes for the primary limit. The operation was parked
+// until the reset, up to an hour, only to be refused again; it fails now
+// with what GitHub said.
+func TestForbiddenWithTheBudgetSpentFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if err := s.sim.SetInstallationPermissions(1, map[string]string{"issues": "read", "metadata": "read"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "not-permitted", schema.ActionComment, issue(10), `{"body":"x"}`)
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryForbidden || got.Attempts != 1 {
+		t.Fatalf("status=%s category=%s attempts=%d log=%+v", got.Status, got.LastErrorCategory, got.Attempts, got.AttemptLog)
+	}
+}
