@@ -171,6 +171,16 @@ func Classify(err error, now time.Time) Classification {
 		} else {
 			c.Wait = DefaultSecondaryWait
 		}
+		if !c.NotSent {
+			// A secondary limit met with the budget spent as well: go-github
+			// takes it for the primary one, but GitHub's Retry-After comes
+			// first (GitHub's rule, and tooManyRequests's for a 429); a
+			// reset sooner than it would be met by another refusal.
+			c.Wait = max(c.Wait, retryAfter(rle.Response.Header, now))
+			if secondaryText(rle.Message) {
+				c.Category, c.Message = CategorySecondaryRateLimit, "secondary rate limit"
+			}
+		}
 		return c
 	case errors.As(err, &are):
 		// Secondary rate limit. go-github also returns this, without

@@ -1,6 +1,13 @@
 package executor
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,5 +62,49 @@ func TestForbiddenWithTheBudgetSpentFailsAtOnce(t *testing.T) {
 	got := s.await(t, rec.OperationID, 10*time.Second)
 	if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryForbidden || got.Attempts != 1 {
 		t.Fatalf("status=%s category=%s attempts=%d log=%+v", got.Status, got.LastErrorCategory, got.Attempts, got.AttemptLog)
+	}
+}
+
+// A secondary limit met with the primary budget spent too comes as a 403
+// with x-ratelimit-remaining 0, which go-github takes for the primary
+// limit. Its Retry-After (GitHub says to wait for it first) was ignored
+// for the sooner reset, and the request sent again at the reset was
+// refused again, spending the operation's last attempt.
+func TestSecondaryLimitWithTheBudgetSpentWaitsItsRetryAfter(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var until time.Time
+	front := func(t testing.TB, simURL string) string {
+		u, _ := url.Parse(simURL)
+		rp := httputil.NewSingleHostReverseProxy(u)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/comments") {
+				mu.Lock()
+				now := time.Now()
+				if until.IsZero() {
+					until = now.Add(5 * time.Second)
+				}
+				refuse := now.Before(until)
+				mu.Unlock()
+				if refuse {
+					w.Header().Set("X-RateLimit-Remaining", "0")
+					w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(2*time.Second).Unix(), 10))
+					w.Header().Set("Retry-After", "5")
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(403)
+					_, _ = w.Write([]byte(`{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}`))
+					return
+				}
+			}
+			rp.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	s := newStack(t, stackOptions{front: front})
+	rec := s.submit(t, "k", schema.ActionComment, issue(10), `{"body":"x"}`, func(sub *schema.Submission) { sub.MaxAttempts = 2 })
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded {
+		t.Fatalf("status=%s attempts=%d %s log=%+v", got.Status, got.Attempts, got.LastErrorMessage, got.AttemptLog)
 	}
 }
