@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"cmp"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -106,5 +108,39 @@ func TestSecondaryLimitWithTheBudgetSpentWaitsItsRetryAfter(t *testing.T) {
 	got := s.await(t, rec.OperationID, 20*time.Second)
 	if got.Status != schema.StatusSucceeded {
 		t.Fatalf("status=%s attempts=%d %s log=%+v", got.Status, got.Attempts, got.LastErrorMessage, got.AttemptLog)
+	}
+}
+
+// go-github refuses the installation's requests on its own until the
+// reset it last saw, by this machine's clock; GitHub names the reset on
+// its own. With this machine's clock ten minutes behind GitHub's, a
+// reset four seconds away held the installation for ten minutes more.
+// The reset is put on this machine's clock before go-github reads it.
+func TestPrimaryResetOnThisMachinesClock(t *testing.T) {
+	t.Parallel()
+	github := func() time.Time { return time.Now().Add(10 * time.Minute) }
+	s := newStack(t, stackOptions{sim: ghsim.Config{Now: github, JWTNow: github}})
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: 1, PrimaryWindow: 4 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	first := s.submit(t, "spends-the-budget", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s %s", got.Status, got.LastErrorMessage)
+	}
+	second := s.submit(t, "waits-for-the-reset", schema.ActionComment, issue(10), `{"body":"two"}`)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := s.store.Get(context.Background(), second.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == schema.StatusSucceeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done 15 s after a reset 4 s away: status=%s next attempt in %v log=%+v",
+				got.Status, time.Until(*cmp.Or(got.NextAttemptAt, &deadline)), got.AttemptLog)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

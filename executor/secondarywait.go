@@ -20,7 +20,8 @@ import (
 // answer's Date): a reset sent in milliseconds, or a Retry-After of
 // years, would have go-github refuse every request for as long, each
 // refusal sending the operation back to the queue without spending an
-// attempt, until a restart.
+// attempt, until a restart. And it puts them on this machine's clock,
+// which go-github refuses by (boundWaits).
 //
 // And it gives a secondary-rate-limit refusal that names no wait the wait
 // GitHub documents for it.
@@ -52,20 +53,43 @@ func (t waitHeadersTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	return resp, nil
 }
 
-// boundWaits caps Retry-After (seconds) and x-ratelimit-reset (epoch
-// seconds, on GitHub's clock) at MaxProviderWait from the answer.
+// boundWaits caps Retry-After and x-ratelimit-reset at MaxProviderWait
+// from the answer, and puts them on this machine's clock, the one
+// go-github refuses by: x-ratelimit-reset (epoch seconds on GitHub's
+// clock) becomes the same distance from now as it was from the answer's
+// Date, a Retry-After given as an HTTP-date (which go-github does not
+// read) becomes seconds, and Date becomes this machine's time of receipt,
+// so that Classify, which measures from Date, reads them consistently.
+// (With this machine's clock behind GitHub's, go-github would otherwise
+// refuse the installation's requests for as long again after a reset,
+// each refusal sending the operation back to the queue until then.)
 func boundWaits(h http.Header, now time.Time) {
+	github := githubNow(h, now)
 	maxSecs := int64(MaxProviderWait / time.Second)
-	if v := h.Get("Retry-After"); v != "" {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); (err == nil && n > maxSecs) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case (err == nil && n > maxSecs) || (errors.Is(err, strconv.ErrRange) && n > 0):
 			h.Set("Retry-After", strconv.FormatInt(maxSecs, 10))
+		case err != nil:
+			if t, err := http.ParseTime(v); err == nil {
+				d := min(max(t.Sub(github), 0), MaxProviderWait)
+				h.Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+			}
 		}
 	}
 	if v := h.Get("X-Ratelimit-Reset"); v != "" {
-		latest := githubNow(h, now).Unix() + maxSecs
-		if n, err := strconv.ParseInt(v, 10, 64); (err == nil && n > latest) || (errors.Is(err, strconv.ErrRange) && n > 0) {
-			h.Set("X-Ratelimit-Reset", strconv.FormatInt(latest, 10))
+		n, err := strconv.ParseInt(v, 10, 64)
+		if (err == nil && n > 0) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+			// Seconds from GitHub's now: compared in seconds, so that a
+			// huge value does not overflow.
+			secs := min(max(n-github.Unix(), -maxSecs), maxSecs)
+			local := now.Add(time.Duration(secs) * time.Second)
+			h.Set("X-Ratelimit-Reset", strconv.FormatInt(local.Add(time.Second-1).Unix(), 10))
 		}
+	}
+	if h.Get("Date") != "" {
+		h.Set("Date", now.UTC().Format(http.TimeFormat))
 	}
 }
 

@@ -115,3 +115,33 @@ func TestHugeWaitsBoundedBeforeGoGithub(t *testing.T) {
 		})
 	}
 }
+
+// The waits an answer names are put on this machine's clock before
+// go-github reads them: a reset 30 s away on GitHub's clock is 30 s away
+// on ours whatever the clocks say, a Retry-After given as an HTTP-date
+// (which go-github does not read) becomes seconds, and Date becomes the
+// time here, from which Classify measures.
+func TestBoundWaitsPutsWaitsOnThisMachinesClock(t *testing.T) {
+	t.Parallel()
+	github0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, skew := range []time.Duration{-10 * time.Minute, 0, 3 * time.Minute} {
+		now := github0.Add(skew)
+		h := http.Header{}
+		h.Set("Date", github0.Format(http.TimeFormat))
+		h.Set("X-Ratelimit-Reset", strconv.FormatInt(github0.Add(30*time.Second).Unix(), 10))
+		h.Set("Retry-After", github0.Add(45*time.Second).Format(http.TimeFormat))
+		boundWaits(h, now)
+		if got, want := h.Get("X-Ratelimit-Reset"), strconv.FormatInt(now.Add(30*time.Second).Unix(), 10); got != want {
+			t.Errorf("clock off by %v: reset %s, want %s", skew, got, want)
+		}
+		if got := h.Get("Retry-After"); got != "45" {
+			t.Errorf("clock off by %v: Retry-After %s, want 45", skew, got)
+		}
+		if got := h.Get("Date"); got != now.Format(http.TimeFormat) {
+			t.Errorf("clock off by %v: Date %s, want %s", skew, got, now.Format(http.TimeFormat))
+		}
+		if w := resetWait(h, now); w != 30*time.Second+ResetMargin {
+			t.Errorf("clock off by %v: Classify's wait %v", skew, w)
+		}
+	}
+}
