@@ -117,13 +117,19 @@ func Classify(err error, now time.Time) Classification {
 		// Exchanging the App's JWT for an installation token failed.
 		c := Classification{Status: ghi.Response.StatusCode, RequestID: requestID(ghi.Response), Message: "installation token: " + ghi.Response.Status}
 		h := ghi.Response.Header
+		var msg string
+		if ghi.Response.StatusCode == http.StatusForbidden {
+			msg = exchangeMessage(ghi.Response)
+		}
 		switch s := ghi.Response.StatusCode; {
-		case s == http.StatusForbidden && h.Get("X-Ratelimit-Remaining") == "0":
+		case s == http.StatusForbidden && h.Get("X-Ratelimit-Remaining") == "0" && rateLimitText(msg):
 			// The App's own budget (the JWT's) is spent: wait for the
 			// reset, as for a 429 with the same header. No token was
-			// issued, so nothing was applied.
+			// issued, so nothing was applied. (The exchange that spent
+			// the last of it can be refused for another reason, an
+			// installation suspended: that is not a wait.)
 			tooManyRequests(&c, h, now)
-		case s == http.StatusForbidden && (h.Get("Retry-After") != "" || secondaryBody(ghi.Response)):
+		case s == http.StatusForbidden && (h.Get("Retry-After") != "" || secondaryText(msg)):
 			// A secondary rate limit met by the exchange.
 			c.Category, c.Retryable, c.PauseInstallation = CategorySecondaryRateLimit, true, true
 			c.Wait = retryAfter(h, now)
@@ -310,14 +316,14 @@ func secondaryText(msg string) bool {
 	return strings.Contains(m, "secondary rate limit") || strings.Contains(m, "abuse detection")
 }
 
-// secondaryBody reports whether the body of a failed token exchange (left
-// open by ghinstallation for its caller) says a secondary rate limit. It
-// reads at most 64 KiB, closes the body and puts what it read back, so
-// that the response can be classified again. (It must be read before the
-// request's context ends: see attempt.)
-func secondaryBody(r *http.Response) bool {
+// exchangeMessage returns what the body of a failed token exchange (left
+// open by ghinstallation for its caller) says: its JSON message, or the
+// body itself. It reads at most 64 KiB, closes the body and puts what it
+// read back, so that the response can be classified again. (It must be
+// read before the request's context ends: see attempt.)
+func exchangeMessage(r *http.Response) string {
 	if r.Body == nil || r.Body == http.NoBody {
-		return false
+		return ""
 	}
 	b, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	_ = r.Body.Close()
@@ -326,9 +332,9 @@ func secondaryBody(r *http.Response) bool {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(b, &body) == nil && body.Message != "" {
-		return secondaryText(body.Message)
+		return body.Message
 	}
-	return secondaryText(string(b))
+	return string(b)
 }
 
 // retryAfter reads Retry-After: seconds (what GitHub sends) or an

@@ -658,7 +658,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	// before a forced update) saves the record, fenced.
 	result, resp, err := act.do(withSave(withGuard(ctx, r.lease.AssertOwned), r.saveFenced), r.client, r.rec, r.target, r.payload)
 	// Classified while the call's context lives: a token exchange refused
-	// with a 403 is told apart by its body (see secondaryBody), which its
+	// with a 403 is told apart by its body (see exchangeMessage), which its
 	// request's cancellation would cut off where it has not all arrived.
 	cl := Classify(err, e.now())
 	cancel()

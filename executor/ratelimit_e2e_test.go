@@ -144,3 +144,27 @@ func TestPrimaryResetOnThisMachinesClock(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The installation-token exchange that spends the last of the App's own
+// budget can be refused for another reason: a suspended installation's
+// 403 then carries x-ratelimit-remaining 0 too. The operation waited for
+// the App's reset, up to an hour, as if for a rate limit, only to be
+// refused again; it fails now, its installation unavailable.
+func TestExchangeRefusedWithTheBudgetSpentIsNotAWait(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	if err := s.sim.SuspendInstallation(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "suspended", schema.ActionComment, issue(10), `{"body":"x"}`)
+	got := s.await(t, rec.OperationID, 10*time.Second)
+	if got.Status != schema.StatusFailed || got.LastErrorCategory != CategoryInstallationUnavailable {
+		t.Fatalf("status=%s category=%s log=%+v", got.Status, got.LastErrorCategory, got.AttemptLog)
+	}
+	if a := got.AttemptLog[0]; a.HTTPStatus != 403 {
+		t.Errorf("first call %+v", a)
+	}
+}
