@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -339,9 +340,9 @@ func (o *serveOptions) config() (app.Config, error) {
 		return cfg, fmt.Errorf("--nats-sync must be default or always, not %q", o.natsSync)
 	}
 	if o.privateKey != "" {
-		b, err := os.ReadFile(o.privateKey)
+		b, err := readSecretFile("private-key", o.privateKey)
 		if err != nil {
-			return cfg, fmt.Errorf("--private-key: %w", err)
+			return cfg, err
 		}
 		if err := app.CheckAppPrivateKey(b); err != nil {
 			return cfg, fmt.Errorf("--private-key %s: %w", o.privateKey, err)
@@ -353,6 +354,19 @@ func (o *serveOptions) config() (app.Config, error) {
 	}
 	if cfg.PreviousWebhookSecret, err = secretFlag("previous-webhook-secret", o.previousWebhookSecret, o.previousSecretFile); err != nil {
 		return cfg, err
+	}
+	// The queue reads these when it connects; a value that is not a
+	// readable file is refused here, before anything opens, and without
+	// the value in the message.
+	for _, f := range []struct{ flag, path string }{
+		{"nats-creds", o.natsCreds}, {"nats-nkey", o.natsNKey}, {"nats-tls-key", o.natsTLSKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := readSecretFile(f.flag, f.path); err != nil {
+			return cfg, err
+		}
 	}
 	if cfg.AppID != 0 && (len(cfg.PrivateKey) == 0 || cfg.WebhookSecret == "") {
 		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")
@@ -457,13 +471,33 @@ func secretFlag(name, value, file string) (string, error) {
 	if value != "" {
 		return "", fmt.Errorf("give --%s or --%s-file, not both", name, name)
 	}
-	b, err := os.ReadFile(file)
+	b, err := readSecretFile(name+"-file", file)
 	if err != nil {
-		return "", fmt.Errorf("--%s-file: %w", name, err)
+		return "", err
 	}
 	secret := strings.TrimSpace(string(b))
 	if secret == "" {
 		return "", fmt.Errorf("--%s-file %s is empty", name, file)
 	}
 	return secret, nil
+}
+
+// readSecretFile reads the file that --flag names. Its error names the
+// path only when something exists there: a secret given where the path of
+// its file belongs (the PEM itself in BATON_PRIVATE_KEY, as other GitHub
+// Apps take it, or a seed in BATON_NATS_NKEY) would otherwise be printed
+// to the terminal or the journal.
+func readSecretFile(flag, path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return b, nil
+	}
+	if _, serr := os.Stat(path); serr != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("--%s: %w (it takes the path of a file holding the secret, not the secret itself)", flag, err)
+	}
+	return nil, fmt.Errorf("--%s: %w", flag, err)
 }

@@ -370,6 +370,52 @@ func TestServeCredentialFileErrors(t *testing.T) {
 	}
 }
 
+// A secret given where the path of its file belongs (the PEM itself in
+// BATON_PRIVATE_KEY, as other GitHub Apps take their key, a seed in
+// BATON_NATS_NKEY) is refused as a usage error naming the flag, without
+// printing the secret: the message goes to the terminal or the journal.
+func TestServeSecretFileFlagsDoNotEchoTheValue(t *testing.T) {
+	dir := t.TempDir()
+	const pemKey = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA6KzDWFsW/wJvO5Vaz7SkBjQfqEN2upXizjmYG1IeULrevYZc\n-----END RSA PRIVATE KEY-----\n"
+	for _, tc := range []struct{ env, value string }{
+		{"BATON_PRIVATE_KEY", pemKey},
+		{"BATON_WEBHOOK_SECRET_FILE", "s3cret-webhook-value"},
+		{"BATON_PREVIOUS_WEBHOOK_SECRET_FILE", "0ld/s3cret+value"},
+		{"BATON_NATS_NKEY", "SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY"},
+		{"BATON_NATS_CREDS", "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1Qi\n------END NATS USER JWT------\n"},
+		{"BATON_NATS_TLS_KEY", pemKey},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			o := &serveOptions{}
+			cmd := serveCmd(o)
+			if err := cmd.Flags().Parse([]string{"--data", dir, "--listen", "127.0.0.1:0", "--nats", "nats://127.0.0.1:1"}); err != nil {
+				t.Fatal(err)
+			}
+			flag := "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(tc.env, "BATON_")), "_", "-")
+			err := runServe(cmd, o)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), flag+" from "+tc.env) {
+				t.Fatalf("%v, want exit 2 naming %s from %s", err, flag, tc.env)
+			}
+			for _, line := range strings.Split(tc.value, "\n") {
+				if len(line) > 8 && strings.Contains(err.Error(), line) {
+					t.Errorf("the message prints the secret: %v", err)
+				}
+			}
+		})
+	}
+	// A path that exists is named: it is not a secret, and it is what the
+	// operator has to look at.
+	o := &serveOptions{}
+	if err := serveCmd(o).Flags().Parse([]string{"--private-key", dir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.config(); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("a directory as --private-key: %v, want its path named", err)
+	}
+}
+
 // A bad value that came from a BATON_ variable is reported naming the
 // variable beside the flag: the operator looks for it in the environment,
 // not on the command line.
