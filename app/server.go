@@ -650,7 +650,8 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // stopAll stops the parts in the reverse of the order they started. When
-// ctx's deadline passes, what was still running is cut short: the
+// ctx's deadline passes (or ctx is cancelled: `baton serve` signalled
+// again), what was still running is cut short: the
 // HTTP requests still open are closed, the queue's workers are cancelled
 // (a call to GitHub in flight is interrupted, its operation released and
 // sent back to the queue, to be probed when it runs again). That is the
@@ -678,7 +679,7 @@ func (s *Server) stopAll(ctx context.Context) error {
 			cancel()
 			continue
 		}
-		if err := s.stops[i](ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded)) {
+		if err := s.stops[i](ctx); err != nil && !(ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))) {
 			errs = append(errs, err)
 		}
 	}

@@ -100,8 +100,9 @@ SIGINT or SIGTERM stop baton gracefully: no new requests, calls to GitHub in
 flight finish, operations waiting (a backoff, a pace) go back to the queue at
 once, anything still running at --shutdown-timeout goes back too (leases
 released; a call to GitHub still in flight is cut short, and its operation
-checks GitHub first when it runs again), then exit 0. A signal while baton
-is still starting stops the start, with exit 0 too.`,
+checks GitHub first when it runs again), then exit 0. A second signal
+cuts the wait short as the deadline would (a third ends baton at once). A
+signal while baton is still starting stops the start, with exit 0 too.`,
 		Example: `  baton serve --dev
   baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
   baton serve --app-id 12345 --private-key app.pem --webhook-secret-file secret.txt
@@ -238,10 +239,29 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "baton is serving on %s (data in %s)\n", srv.URL(), cfg.DataDir)
 	}
 	<-ctx.Done()
+	// A second SIGINT or SIGTERM cuts the stop short, as the deadline
+	// would: calls in flight are interrupted and their operations released
+	// and sent back to the queue, to run at once after a restart. Ended by
+	// the signal's default instead, baton would leave their leases held
+	// and their messages unacknowledged until they expire. A third signal
+	// ends the process at once.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(again)
 	stop()
-	log.Info("shutting down", zap.String("event", "shutdown"))
+	log.Info("shutting down", zap.String("event", "shutdown"), zap.Duration("deadline", cfg.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			signal.Stop(again)
+			log.Warn("signalled again: cutting the shutdown short; work in flight goes back to the queue",
+				zap.String("event", "shutdown_cut"))
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	if err := srv.Stop(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

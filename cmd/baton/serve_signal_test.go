@@ -1,0 +1,146 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app"
+)
+
+// A second SIGTERM while baton stops, waiting for a call to GitHub in
+// flight, cuts the stop short as --shutdown-timeout would: exit 0 at once,
+// the operation released and sent back, so that it runs as soon as baton
+// starts again, not once its lease and its message have expired.
+func TestServeSecondSignalCutsTheStopShort(t *testing.T) {
+	// The test binary outlives what baton does with a second signal.
+	keep := make(chan os.Signal, 4)
+	signal.Notify(keep, syscall.SIGTERM)
+	defer signal.Stop(keep)
+	data := filepath.Join(t.TempDir(), "data")
+	args := []string{"serve", "--dev", "--data", data, "--listen", "127.0.0.1:0", "--shutdown-timeout", "2m", "--log-level", "error"}
+	code := make(chan int, 1)
+	go func() { code <- run(args) }()
+	dev := waitDevInfo(t, data)
+
+	do := func(method, url, token, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if st, b := do("POST", dev.GitHub+"/_ghsim/faults", "",
+		`{"route":"POST /repos/{owner}/{repo}/issues/{number}/comments","kind":"latency","latencyMs":120000,"count":1}`); st != http.StatusCreated && st != http.StatusOK {
+		t.Fatalf("fault: %d %s", st, b)
+	}
+	st, b := do("POST", dev.Server+"/v1/operations", dev.Token,
+		`{"idempotencyKey":"k","action":"github.issues.comment","resource":{"type":"issue","id":"octo/demo#10"},"payload":{"body":"hi"}}`)
+	var op struct {
+		OperationID string `json:"operationId"`
+		Status      string `json:"status"`
+	}
+	if err := json.Unmarshal(b, &op); err != nil || st != http.StatusCreated {
+		t.Fatalf("submit: %d %s", st, b)
+	}
+	// The call is in flight once the fault has fired (and left the list).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, b := do("GET", dev.GitHub+"/_ghsim/faults", "", "")
+		if strings.TrimSpace(string(b)) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the comment was not posted: %s", b)
+		}
+	}
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := self.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The stop has begun once the API no longer listens.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(dev.Server + "/healthz")
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the API still answers after SIGTERM")
+		}
+	}
+	select {
+	case c := <-code:
+		t.Fatalf("exit %d before the call in flight finished", c)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := self.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit %d after a second SIGTERM, want 0", c)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a second SIGTERM did not cut the stop short")
+	}
+
+	// Started again, baton runs the operation at once: its lease was
+	// released and its message given back.
+	if err := os.Remove(filepath.Join(data, app.DevFile)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { code <- run(args) }()
+	dev = waitDevInfo(t, data)
+	st, b = do("GET", dev.Server+"/v1/operations/"+op.OperationID+"?wait=20s", dev.Token, "")
+	if err := json.Unmarshal(b, &op); err != nil || st != http.StatusOK || op.Status != "succeeded" {
+		t.Errorf("after the restart: %d %s, want succeeded", st, b)
+	}
+	if err := self.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit %d", c)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// waitDevInfo waits for the dev.json a `serve --dev` on data writes.
+func waitDevInfo(t *testing.T, data string) app.DevInfo {
+	t.Helper()
+	var dev app.DevInfo
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(data, app.DevFile))
+		if err == nil && json.Unmarshal(b, &dev) == nil && dev.Token != "" {
+			return dev
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --dev did not write dev.json")
+		}
+	}
+}
