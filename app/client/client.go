@@ -172,6 +172,11 @@ const (
 	maxRetryAfter  = 30 * time.Second
 )
 
+// waitUnreachable is how long Wait goes on asking a server that answered
+// it and then stopped answering: long enough for a restart, a graceful
+// stop's 30 s deadline included.
+const waitUnreachable = 2 * time.Minute
+
 // minWaitInterval is the least time between the starts of two status
 // requests of one Wait: a server (or a proxy) that answers ?wait= at once
 // is asked at most once a second.
@@ -328,8 +333,11 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 // it stands after d (d <= 0: no limit but ctx). Each request waits at most 50 s on the
 // server (less than the 60 s timeouts of common proxies); requests start
 // at least a second apart, so a server that
-// answers at once (one shutting down, say) is not flooded. An id that is
-// not an operation ID is ErrInvalidOperationID.
+// answers at once (one shutting down, say) is not flooded. A server that
+// has answered and then cannot be reached (restarting: a stopping server
+// answers waits at once and stops listening) is asked again until it
+// answers, for up to waitUnreachable, within d. An id that is not an
+// operation ID is ErrInvalidOperationID.
 func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
 	if err := checkOperationID(id); err != nil {
 		return Operation{}, err
@@ -338,6 +346,8 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 	if d > 0 {
 		deadline = time.Now().Add(d)
 	}
+	answered := false
+	var unreachableSince time.Time
 	for {
 		step := waitStep
 		if !deadline.IsZero() {
@@ -353,9 +363,28 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 		var op Operation
 		q := url.Values{"wait": {step.String()}}
 		started := time.Now()
-		if _, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
-			return op, err
+		if status, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
+			// No answer at all (status 0) from a server that answered
+			// before: it is restarting.
+			if !answered || status != 0 || ctx.Err() != nil {
+				return op, err
+			}
+			if unreachableSince.IsZero() {
+				unreachableSince = started
+			}
+			pause := minWaitInterval // do's own retries have backed off
+			if !deadline.IsZero() {
+				pause = min(pause, time.Until(deadline))
+			}
+			if time.Since(unreachableSince) >= waitUnreachable || pause <= 0 {
+				return op, err
+			}
+			if err := sleep(ctx, pause); err != nil {
+				return op, err
+			}
+			continue
 		}
+		answered, unreachableSince = true, time.Time{}
 		if op.Status.Terminal() || op.DeadLetter != nil || (!deadline.IsZero() && !time.Now().Before(deadline)) {
 			return op, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -266,4 +267,71 @@ func TestWaitFitsTheHTTPTimeout(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A Wait rides through a restart of the server: the stopping server
+// answers it at once and stops listening, and the new one answers a little
+// later, beyond the retries of a single request.
+func TestWaitRidesThroughARestart(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	var first sync.Once
+	restarted := make(chan struct{})
+	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"operationId":"x","status":"running"}`)
+		first.Do(func() { close(restarted) })
+	})}
+	go old.Serve(ln)
+	newServer := make(chan *http.Server, 1)
+	go func() {
+		<-restarted
+		time.Sleep(50 * time.Millisecond) // the answer is on its way
+		old.Close()
+		time.Sleep(2 * time.Second) // down, then up again
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			newServer <- nil
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"operationId":"x","status":"succeeded"}`)
+		})}
+		newServer <- srv
+		srv.Serve(ln)
+	}()
+	c, err := New("http://"+addr, WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := c.Wait(context.Background(), strings.Repeat("ab", 32), time.Minute)
+	if err != nil || op.Status != "succeeded" {
+		t.Errorf("Wait across a restart = %q, %v; want succeeded", op.Status, err)
+	}
+	if srv := <-newServer; srv != nil {
+		srv.Close()
+	}
+
+	// A server that never answered is not waited for.
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln2.Addr().String()
+	ln2.Close()
+	c, err = New("http://"+gone, WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Wait(context.Background(), strings.Repeat("ab", 32), time.Minute); err == nil {
+		t.Error("Wait on a server that is not there: no error")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Wait on a server that is not there took %s", d)
+	}
 }
