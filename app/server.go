@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -262,6 +263,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	// The store.
 	dbPath := filepath.Join(cfg.DataDir, DatabaseFile)
+	if err := checkWritable(dbPath); err != nil {
+		return err
+	}
 	s.db, err = sqlite.Open(ctx, dbPath, sqlite.Options{Synchronous: cfg.Synchronous, Logger: s.log})
 	if err != nil {
 		// Name the file: "file is not a database" or "schema version
@@ -458,6 +462,24 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.log.Info("baton is serving", zap.String("event", "serving"), zap.String("addr", s.Addr()),
 		zap.Bool("github", s.gh != nil), zap.Bool("pacing", pacing), zap.Int("workers", cfg.Workers))
+	return nil
+}
+
+// checkWritable refuses a database this process cannot write (a copy
+// restored as root into the directory of a server that runs as its own
+// user, say): SQLite would open it read-only without a word, and baton
+// would serve while every write failed.
+func checkWritable(dbPath string) error {
+	for _, p := range []string{dbPath, dbPath + "-wal", dbPath + "-shm"} {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("database %s: baton cannot write it (%w): give its files to the user baton runs as", dbPath, err)
+		}
+		f.Close()
+	}
 	return nil
 }
 
