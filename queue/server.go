@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,9 @@ func startServer(cfg Config, log *zap.Logger) (*server.Server, error) {
 	dir := StoreDir(cfg.DataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("queue: embedded server store: %w", err)
+	}
+	if err := checkStoreWritable(dir); err != nil {
+		return nil, err
 	}
 	opts := &server.Options{
 		ServerName: "baton",
@@ -59,6 +63,38 @@ func startServer(cfg Config, log *zap.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("queue: embedded server did not start: %w", sl.fatal())
 	}
 	return srv, nil
+}
+
+// checkStoreWritable refuses a JetStream store this process cannot write
+// (files restored as root into the directory of a baton that runs as its
+// own user, say), naming what it cannot write: nats-server reports such a
+// store as "storage directory is not a directory", or fails later.
+func checkStoreWritable(dir string) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			f, err := os.CreateTemp(path, ".baton-write-check-")
+			if err != nil {
+				return err
+			}
+			f.Close()
+			return os.Remove(f.Name())
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("queue: the embedded JetStream store %s cannot be written (%w): give its files to the user baton runs as", dir, err)
+	}
+	return nil
 }
 
 // serverLogger hands nats-server's log lines to zap. The server's notices
