@@ -3,7 +3,10 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 )
 
@@ -33,6 +36,43 @@ func (s *Server) startDev(ctx context.Context) error {
 	// the mode of a file found under the temporary name.
 	if err := writeSecretFile(filepath.Join(s.cfg.DataDir, DevFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("dev: %w", err)
+	}
+	return nil
+}
+
+// checkDevDataDir keeps --dev and the real GitHub apart, before the
+// database opens. A data directory with a database is --dev's when it
+// holds dev.json: --dev on another would carry out its queued operations
+// on the simulator (recording them succeeded, never to run on GitHub) and
+// leave an admin token in it; a server for GitHub on a --dev directory
+// would run the simulator's operations on GitHub and honour the admin
+// token --dev printed. A new directory given --dev is marked before its
+// database is made.
+func checkDevDataDir(dir string, dev bool) error {
+	exists := func(name string) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	hasDB, err := exists(DatabaseFile)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	marked, err := exists(DevFile)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	switch {
+	case dev && !hasDB && !marked:
+		if err := writeSecretFile(filepath.Join(dir, DevFile), []byte("{}\n")); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+	case dev && hasDB && !marked:
+		return fmt.Errorf("data directory %s holds a database that --dev did not make (it has no %s): --dev would carry out its operations on the simulator; give --dev a --data of its own", dir, DevFile)
+	case !dev && hasDB && marked:
+		return fmt.Errorf("data directory %s is one of --dev (it has %s): its operations and tokens are the simulator's; give baton a --data of its own, or run it with --dev", dir, DevFile)
 	}
 	return nil
 }

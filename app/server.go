@@ -262,6 +262,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The store.
+	if err := checkDevDataDir(cfg.DataDir, cfg.Dev); err != nil {
+		return err
+	}
 	dbPath := filepath.Join(cfg.DataDir, DatabaseFile)
 	if err := checkWritable(dbPath); err != nil {
 		return err

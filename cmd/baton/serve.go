@@ -78,7 +78,10 @@ does not (operations wait in the queue).
 installation 1 and repository octo/demo (pull requests #1–#3, issues
 #10–#12, branch main), creates an admin token, writes <data>/dev.json and
 prints commands to try. Nothing leaves the loopback interface: with --dev,
---listen must be a loopback address (127.0.0.1, ::1 or localhost).
+--listen must be a loopback address (127.0.0.1, ::1 or localhost). A data
+directory is --dev's (it has dev.json) or GitHub's, never both: baton
+refuses to start on the other kind, whose operations and tokens are not
+this run's.
 
 The merge queue merges pull requests labeled --merge-queue-label one at a
 time, in order, once the checks of their head passed: the checks listed in

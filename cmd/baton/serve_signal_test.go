@@ -28,7 +28,7 @@ func TestServeSecondSignalCutsTheStopShort(t *testing.T) {
 	args := []string{"serve", "--dev", "--data", data, "--listen", "127.0.0.1:0", "--shutdown-timeout", "2m", "--log-level", "error"}
 	code := make(chan int, 1)
 	go func() { code <- run(args) }()
-	dev := waitDevInfo(t, data)
+	dev := waitDevInfo(t, data, "")
 
 	do := func(method, url, token, body string) (int, []byte) {
 		t.Helper()
@@ -108,11 +108,8 @@ func TestServeSecondSignalCutsTheStopShort(t *testing.T) {
 
 	// Started again, baton runs the operation at once: its lease was
 	// released and its message given back.
-	if err := os.Remove(filepath.Join(data, app.DevFile)); err != nil {
-		t.Fatal(err)
-	}
 	go func() { code <- run(args) }()
-	dev = waitDevInfo(t, data)
+	dev = waitDevInfo(t, data, dev.Token)
 	st, b = do("GET", dev.Server+"/v1/operations/"+op.OperationID+"?wait=20s", dev.Token, "")
 	if err := json.Unmarshal(b, &op); err != nil || st != http.StatusOK || op.Status != "succeeded" {
 		t.Errorf("after the restart: %d %s, want succeeded", st, b)
@@ -130,13 +127,14 @@ func TestServeSecondSignalCutsTheStopShort(t *testing.T) {
 	}
 }
 
-// waitDevInfo waits for the dev.json a `serve --dev` on data writes.
-func waitDevInfo(t *testing.T, data string) app.DevInfo {
+// waitDevInfo waits for the dev.json a `serve --dev` on data writes, with
+// a token other than old.
+func waitDevInfo(t *testing.T, data, old string) app.DevInfo {
 	t.Helper()
 	var dev app.DevInfo
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		b, err := os.ReadFile(filepath.Join(data, app.DevFile))
-		if err == nil && json.Unmarshal(b, &dev) == nil && dev.Token != "" {
+		if err == nil && json.Unmarshal(b, &dev) == nil && dev.Token != "" && dev.Token != old {
 			return dev
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+)
+
+// --dev and GitHub never share a data directory: --dev on a server's
+// directory would carry out its queued operations on the simulator,
+// recording them succeeded, never to run on GitHub; a server on a --dev
+// directory would honour the admin token --dev printed. Each is refused
+// before anything opens, and the refused start changes nothing.
+func TestServerDevAndGitHubDataDirectoriesApart(t *testing.T) {
+	t.Parallel()
+	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	gh := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
+		WebhookSecret: sim.WebhookSecret(), Listen: "127.0.0.1:0"}
+	run := func(cfg Config) error {
+		srv, err := NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		return nil
+	}
+
+	serverDir := t.TempDir()
+	cfg := gh
+	cfg.DataDir = serverDir
+	if err := run(cfg); err != nil {
+		t.Fatal(err)
+	}
+	err := run(Config{Dev: true, DataDir: serverDir, Listen: "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), "holds a database that --dev did not make") {
+		t.Errorf("--dev on a server's data directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(serverDir, DevFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused --dev left %s: %v", DevFile, err)
+	}
+	if err := run(cfg); err != nil {
+		t.Errorf("the server again after a refused --dev: %v", err)
+	}
+
+	devDir := t.TempDir()
+	if err := run(Config{Dev: true, DataDir: devDir, Listen: "127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = devDir
+	if err := run(cfg); err == nil || !strings.Contains(err.Error(), "is one of --dev") {
+		t.Errorf("a server on a --dev data directory: %v", err)
+	}
+	if err := run(Config{Dev: true, DataDir: devDir, Listen: "127.0.0.1:0"}); err != nil {
+		t.Errorf("--dev again on its own directory: %v", err)
+	}
+}
