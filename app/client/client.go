@@ -335,8 +335,9 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 // at least a second apart, so a server that
 // answers at once (one shutting down, say) is not flooded. A server that
 // has answered and then cannot be reached (restarting: a stopping server
-// answers waits at once and stops listening) is asked again until it
-// answers, for up to waitUnreachable, within d. An id that is not an
+// answers waits at once and stops listening), or whose reverse proxy
+// answers 502, 503 or 504 instead, is asked again until it answers, for
+// up to waitUnreachable, within d. An id that is not an
 // operation ID is ErrInvalidOperationID.
 func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operation, error) {
 	if err := checkOperationID(id); err != nil {
@@ -364,9 +365,10 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 		q := url.Values{"wait": {step.String()}}
 		started := time.Now()
 		if status, err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), q, nil, &op); err != nil {
-			// No answer at all (status 0) from a server that answered
-			// before: it is restarting.
-			if !answered || status != 0 || ctx.Err() != nil {
+			// No answer at all (status 0), or a gateway's (502, 503,
+			// 504: the reverse proxy in front of it), from a server that
+			// answered before: it is restarting.
+			if !answered || !restarting(status) || ctx.Err() != nil {
 				return op, err
 			}
 			if unreachableSince.IsZero() {
@@ -396,6 +398,18 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 			return op, err
 		}
 	}
+}
+
+// restarting reports whether a status request's failure is what a
+// server that is restarting looks like: no answer at all (status 0), or,
+// through a reverse proxy, the proxy's 502, 503 or 504 until the server
+// listens again.
+func restarting(status int) bool {
+	switch status {
+	case 0, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // sleep waits d, or until ctx ends (its error).

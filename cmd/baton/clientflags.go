@@ -246,7 +246,8 @@ const waitHelp = `With --wait the exit status tells the outcome, for scripts: 0 
 finished and in the dead-letter stream, where it waits for an admin to
 replay it (baton dlq replay SEQ) or for you to cancel it (the operation is
 printed in every case). A server that stops answering during the wait (a
-restart) is waited for, up to two minutes.`
+restart), or whose reverse proxy answers 502, 503 or 504 meanwhile, is
+waited for, up to two minutes.`
 
 // cliWaitOutcome prints op and turns the outcome of a --wait into the exit
 // status: a script that waited for an operation can tell from the exit
