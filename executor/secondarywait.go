@@ -60,11 +60,19 @@ func (t waitHeadersTransport) RoundTrip(req *http.Request) (*http.Response, erro
 // Date, a Retry-After given as an HTTP-date (which go-github does not
 // read) becomes seconds, and Date becomes this machine's time of receipt,
 // so that Classify, which measures from Date, reads them consistently.
+// Both are in whole seconds: the reset is put as far from the new Date
+// as it was from GitHub's, so that the wait Classify reads is the one
+// GitHub named, not a second more. (A Date that cannot be read is left
+// as it is: Classify measures from now then, and so does the reset.)
 // (With this machine's clock behind GitHub's, go-github would otherwise
 // refuse the installation's requests for as long again after a reset,
 // each refusal sending the operation back to the queue until then.)
 func boundWaits(h http.Header, now time.Time) {
-	github := githubNow(h, now)
+	github := now
+	date, dateErr := http.ParseTime(h.Get("Date"))
+	if dateErr == nil {
+		github = date
+	}
 	maxSecs := int64(MaxProviderWait / time.Second)
 	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -84,11 +92,10 @@ func boundWaits(h http.Header, now time.Time) {
 			// Seconds from GitHub's now: compared in seconds, so that a
 			// huge value does not overflow.
 			secs := min(max(n-github.Unix(), -maxSecs), maxSecs)
-			local := now.Add(time.Duration(secs) * time.Second)
-			h.Set("X-Ratelimit-Reset", strconv.FormatInt(local.Add(time.Second-1).Unix(), 10))
+			h.Set("X-Ratelimit-Reset", strconv.FormatInt(now.Unix()+secs, 10))
 		}
 	}
-	if h.Get("Date") != "" {
+	if dateErr == nil {
 		h.Set("Date", now.UTC().Format(http.TimeFormat))
 	}
 }

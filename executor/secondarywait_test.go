@@ -145,3 +145,28 @@ func TestBoundWaitsPutsWaitsOnThisMachinesClock(t *testing.T) {
 		}
 	}
 }
+
+// An answer arrives at some fraction of a second: the reset put on this
+// machine's clock is measured from the Date it is given (this machine's
+// time in whole seconds), so the wait stays the reset plus ResetMargin.
+// It was a second more, the reset rounded up past a Date rounded down.
+func TestBoundWaitsAddsNoSecondToAReset(t *testing.T) {
+	t.Parallel()
+	github0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, frac := range []time.Duration{0, time.Millisecond, 600 * time.Millisecond, 999 * time.Millisecond} {
+		for _, date := range []string{github0.Format(http.TimeFormat), "", "yesterday"} {
+			now := github0.Add(frac)
+			h := http.Header{}
+			if date != "" {
+				h.Set("Date", date)
+			}
+			h.Set("X-Ratelimit-Remaining", "0")
+			h.Set("X-Ratelimit-Reset", strconv.FormatInt(github0.Add(30*time.Second).Unix(), 10))
+			want := resetWait(h, now) // measured on the answer as GitHub gave it
+			boundWaits(h, now)
+			if w := resetWait(h, now); w != want {
+				t.Errorf("answer at +%v with Date %q: wait %v after the rewrite, %v before", frac, date, w, want)
+			}
+		}
+	}
+}
