@@ -41,13 +41,13 @@ func (s *Server) startDev(ctx context.Context) error {
 }
 
 // checkDevDataDir keeps --dev and the real GitHub apart, before the
-// database opens. A data directory with a database is --dev's when it
-// holds dev.json: --dev on another would carry out its queued operations
-// on the simulator (recording them succeeded, never to run on GitHub) and
-// leave an admin token in it; a server for GitHub on a --dev directory
-// would run the simulator's operations on GitHub and honour the admin
-// token --dev printed. A new directory given --dev is marked before its
-// database is made.
+// database opens. A data directory is --dev's when it holds dev.json,
+// and GitHub's when it holds a database without it: --dev on GitHub's
+// would carry out its queued operations on the simulator (recording them
+// succeeded, never to run on GitHub) and leave an admin token in it; a
+// server for GitHub on a --dev directory would run the simulator's
+// operations on GitHub and honour the admin token --dev printed. A new
+// directory given --dev is marked before its database is made.
 func checkDevDataDir(dir string, dev bool) error {
 	exists := func(name string) (bool, error) {
 		_, err := os.Stat(filepath.Join(dir, name))
@@ -71,7 +71,10 @@ func checkDevDataDir(dir string, dev bool) error {
 		}
 	case dev && hasDB && !marked:
 		return fmt.Errorf("data directory %s holds a database that --dev did not make (it has no %s): --dev would carry out its operations on the simulator; give --dev a --data of its own", dir, DevFile)
-	case !dev && hasDB && marked:
+	case !dev && marked:
+		// Also without a database (removed to start afresh, or never made
+		// by a --dev that stopped early): a server for GitHub would make
+		// one beside dev.json, and be refused it at its next start.
 		return fmt.Errorf("data directory %s is one of --dev (it has %s): its operations and tokens are the simulator's; give baton a --data of its own, or run it with --dev", dir, DevFile)
 	}
 	return nil

@@ -68,3 +68,51 @@ func TestServerDevAndGitHubDataDirectoriesApart(t *testing.T) {
 		t.Errorf("--dev again on its own directory: %v", err)
 	}
 }
+
+// A --dev directory whose database was removed (to start afresh) still
+// has dev.json: a server for GitHub is refused it at once, not accepted
+// on its first start (making a database beside dev.json) and refused at
+// its next.
+func TestServerRefusesADevDirectoryWithoutItsDatabase(t *testing.T) {
+	t.Parallel()
+	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	dir := t.TempDir()
+	dev := Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"}
+	gh := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
+		WebhookSecret: sim.WebhookSecret(), Listen: "127.0.0.1:0", DataDir: dir}
+	run := func(cfg Config) error {
+		srv, err := NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		return nil
+	}
+	if err := run(dev); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, DatabaseFile+"*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("database files: %v %v", files, err)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := run(gh); err == nil || !strings.Contains(err.Error(), "is one of --dev") {
+			t.Errorf("start %d of a server on a --dev directory without its database: %v", i+1, err)
+		}
+	}
+	if err := run(dev); err != nil {
+		t.Errorf("--dev again on its directory: %v", err)
+	}
+}
