@@ -85,8 +85,9 @@ type Config struct {
 	// PublishTimeout bounds a publish (and other JetStream requests) whose
 	// context has no deadline. Defaults to 5s.
 	PublishTimeout time.Duration
-	// ConnectTimeout bounds the first connection to an external server and
-	// the start of the embedded one. Defaults to 10s.
+	// ConnectTimeout bounds the first connection to an external server
+	// (which also ends with Start's context) and the start of the
+	// embedded one. Defaults to 10s.
 	ConnectTimeout time.Duration
 	// ReconnectWait is the pause between attempts to reconnect to an
 	// external server that went away; baton reconnects forever. Defaults to
@@ -286,7 +287,7 @@ func (b *Broker) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if s.nc, err = b.connect(s); err != nil {
+	if s.nc, err = b.connect(ctx, s); err != nil {
 		return err
 	}
 	s.js, err = jetstream.New(s.nc,
@@ -422,8 +423,11 @@ func (b *Broker) ListenURL() string {
 }
 
 // connect opens the connection: in-process to the embedded server, or to
-// Config.URL with its credentials and TLS.
-func (b *Broker) connect(s *session) (*nats.Conn, error) {
+// Config.URL with its credentials and TLS. The first connection to an
+// external server ends when ctx does (baton signalled while it starts),
+// not only at ConnectTimeout: a server that accepts the connection and
+// never answers would otherwise hold the start that long.
+func (b *Broker) connect(ctx context.Context, s *session) (*nats.Conn, error) {
 	log := b.log
 	opts := []nats.Option{
 		nats.Name("baton"),
@@ -448,9 +452,13 @@ func (b *Broker) connect(s *session) (*nats.Conn, error) {
 		}),
 	}
 	url := b.cfg.URL
+	var dialer *startDialer
 	if s.srv != nil {
 		opts = append(opts, nats.InProcessServer(s.srv))
 		url = ""
+	} else {
+		dialer = &startDialer{ctx: ctx, d: net.Dialer{Timeout: b.cfg.ConnectTimeout}}
+		opts = append(opts, nats.SetCustomDialer(dialer))
 	}
 	if b.cfg.CredentialsFile != "" {
 		opts = append(opts, nats.UserCredentials(b.cfg.CredentialsFile))
@@ -469,8 +477,59 @@ func (b *Broker) connect(s *session) (*nats.Conn, error) {
 		opts = append(opts, nats.ClientCert(b.cfg.TLSCertFile, b.cfg.TLSKeyFile))
 	}
 	nc, err := nats.Connect(url, opts...)
+	if dialer != nil {
+		dialer.started()
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("queue: connect to NATS: %w", ctx.Err())
+		}
 		return nil, fmt.Errorf("queue: connect to NATS: %w", err)
 	}
 	return nc, nil
+}
+
+// startDialer dials the external NATS server. Until started is called
+// (the first connection made or given up), a connection it made is
+// closed when ctx ends, so that nats.Connect, which takes no context,
+// returns then; the connections made afterwards (reconnections) live
+// their own lives.
+type startDialer struct {
+	d     net.Dialer
+	mu    sync.Mutex
+	ctx   context.Context // nil once started
+	stops []func() bool
+}
+
+func (d *startDialer) Dial(network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	ctx := d.ctx
+	d.mu.Unlock()
+	if ctx == nil {
+		return d.d.Dial(network, address)
+	}
+	c, err := d.d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx == nil {
+		stop()
+	} else {
+		d.stops = append(d.stops, stop)
+	}
+	return c, nil
+}
+
+// started ends the tie between ctx and the connections dialled so far.
+func (d *startDialer) started() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ctx = nil
+	for _, stop := range d.stops {
+		stop()
+	}
+	d.stops = nil
 }

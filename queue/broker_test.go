@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,49 @@ func TestSentBackAtStopSurvivesRestart(t *testing.T) {
 			eventually(t, 10*time.Second, "redelivered after the restart", func() bool { return rec.count("sent-back") == 1 })
 		})
 	}
+}
+
+// A start asked to stop (baton signalled while it starts) does not wait
+// out ConnectTimeout for an external server that accepts the connection
+// and never answers: the start ends at once, with the context's error,
+// which baton serve takes for a stop asked for, not a failure.
+func TestStartEndsWithItsContextWhileConnecting(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	b, err := New(Config{URL: "nats://" + ln.Addr().String(), ConnectTimeout: 20 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	err = b.Start(ctx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Start took %v after its context ended", took)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Start = %v, want context.Canceled", err)
+	}
+	_ = b.Stop(context.Background())
 }
