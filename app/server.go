@@ -534,7 +534,8 @@ const appCheckTimeout = 15 * time.Second
 
 // checkApp asks GitHub, as the App, who the App is (GET /app) before
 // anything runs as it. An answer that says the credentials or the URL are
-// wrong (401: another App's ID or key, or a clock far off; 404 or a body
+// wrong (401: another App's ID or key, or a clock more than a day off,
+// beyond what the App's transport learns of GitHub's; 404 or a body
 // that is not an App: not a GitHub REST API) refuses the start: every
 // call would fail the same way, while /readyz said ready. GitHub not
 // answering (unreachable, 5xx, limited) does not: operations wait in the
