@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,32 +344,39 @@ func TestWaitRidesThroughARestart(t *testing.T) {
 func TestWaitRidesThroughARestartBehindAProxy(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
-		var (
-			mu   sync.Mutex
-			down time.Time
-		)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case down.IsZero(): // answered, then the restart begins
-				down = time.Now()
-				io.WriteString(w, `{"operationId":"x","status":"running"}`)
-			case time.Since(down) < 3*time.Second: // the proxy's page
-				w.WriteHeader(status)
-				io.WriteString(w, "<html>bad gateway</html>")
-			default:
-				io.WriteString(w, `{"operationId":"x","status":"succeeded"}`)
-			}
-		}))
-		c, err := New(srv.URL, WithRetries(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, err := c.Wait(context.Background(), strings.Repeat("ab", 32), time.Minute)
-		if err != nil || op.Status != "succeeded" {
-			t.Errorf("Wait across a restart behind a proxy answering %d = %q, %v; want succeeded", status, op.Status, err)
-		}
-		srv.Close()
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			testWaitBehindAProxy(t, status)
+		})
 	}
+}
+
+func testWaitBehindAProxy(t *testing.T, status int) {
+	var (
+		mu   sync.Mutex
+		down time.Time
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case down.IsZero(): // answered, then the restart begins
+			down = time.Now()
+			io.WriteString(w, `{"operationId":"x","status":"running"}`)
+		case time.Since(down) < 3*time.Second: // the proxy's page
+			w.WriteHeader(status)
+			io.WriteString(w, "<html>bad gateway</html>")
+		default:
+			io.WriteString(w, `{"operationId":"x","status":"succeeded"}`)
+		}
+	}))
+	c, err := New(srv.URL, WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := c.Wait(context.Background(), strings.Repeat("ab", 32), time.Minute)
+	if err != nil || op.Status != "succeeded" {
+		t.Errorf("Wait across a restart behind a proxy answering %d = %q, %v; want succeeded", status, op.Status, err)
+	}
+	srv.Close()
 }
