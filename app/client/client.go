@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/schema"
@@ -189,6 +190,9 @@ type Client struct {
 	hc        *http.Client
 	userAgent string
 	retries   int
+	// answered is set once the server has answered a request with
+	// success: a Wait that then cannot reach it takes it for a restart.
+	answered atomic.Bool
 }
 
 // Option configures a Client.
@@ -334,7 +338,8 @@ func (c *Client) Get(ctx context.Context, id string) (Operation, error) {
 // server (less than the 60 s timeouts of common proxies); requests start
 // at least a second apart, so a server that
 // answers at once (one shutting down, say) is not flooded. A server that
-// has answered and then cannot be reached (restarting: a stopping server
+// has answered (this Wait, or any earlier request of c) and then cannot
+// be reached (restarting: a stopping server
 // answers waits at once and stops listening), or whose reverse proxy
 // answers 502, 503 or 504 instead, is asked again until it answers, for
 // up to waitUnreachable, within d. An id that is not an
@@ -347,7 +352,9 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 	if d > 0 {
 		deadline = time.Now().Add(d)
 	}
-	answered := false
+	// (A Wait after a submission the server answered, baton submit
+	// --wait, rides through a restart begun in between.)
+	answered := c.answered.Load()
 	var unreachableSince time.Time
 	for {
 		step := waitStep
@@ -669,6 +676,7 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, bo
 			return resp.StatusCode, -1, fmt.Errorf("client: decode answer of %s %s: %w", method, path, err)
 		}
 	}
+	c.answered.Store(true)
 	return resp.StatusCode, -1, nil
 }
 

@@ -380,3 +380,58 @@ func testWaitBehindAProxy(t *testing.T, status int) {
 	}
 	srv.Close()
 }
+
+// baton submit --wait: the submission was answered, and the server goes
+// away before the Wait's first request is answered (a restart begun just
+// then). The server exists, so the Wait rides through the restart as it
+// would have after one answer of its own.
+func TestWaitAfterAnAnsweredSubmitRidesThroughARestart(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	submitted := make(chan struct{})
+	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, retryTestOp)
+		close(submitted)
+	})}
+	go old.Serve(ln)
+	newServer := make(chan *http.Server, 1)
+	go func() {
+		<-submitted
+		time.Sleep(50 * time.Millisecond) // the answer is on its way
+		old.Close()
+		time.Sleep(2 * time.Second) // down, then up again
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			newServer <- nil
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, strings.Replace(retryTestOp, "queued", "succeeded", 1))
+		})}
+		newServer <- srv
+		srv.Serve(ln)
+	}()
+	c, err := New("http://"+addr, WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, _, err := c.Submit(context.Background(), SubmitRequest{IdempotencyKey: "k", Action: "github.issues.comment",
+		Resource: Resource{Type: "issue", ID: "o/r#1"}, Payload: []byte(`{"body":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the server is gone
+	op, err = c.Wait(context.Background(), op.OperationID, time.Minute)
+	if err != nil || op.Status != "succeeded" {
+		t.Errorf("Wait after the submission, across a restart = %q, %v; want succeeded", op.Status, err)
+	}
+	if srv := <-newServer; srv != nil {
+		srv.Close()
+	}
+}
