@@ -89,7 +89,9 @@ type Classification struct {
 	RenewToken bool
 	// NotSent is true when the request never reached GitHub: go-github
 	// refused it itself because a rate limit it saw earlier has not reset
-	// yet. Such a refusal spends no attempt.
+	// yet, or the installation token it needed could not be had (the
+	// exchange answered 5xx, or not at all). It was not applied: it
+	// spends no attempt and owes no probe (see runner.attempt).
 	NotSent bool
 	// Message is a short description for the record, free of secrets.
 	Message string
@@ -114,7 +116,8 @@ func Classify(err error, now time.Time) Classification {
 	case errors.As(err, &ae):
 		return ae.c
 	case errors.As(err, &ghi) && ghi.Response != nil:
-		// Exchanging the App's JWT for an installation token failed.
+		// Exchanging the App's JWT for an installation token failed: the
+		// request it was for was never sent.
 		c := Classification{Status: ghi.Response.StatusCode, RequestID: requestID(ghi.Response), Message: "installation token: " + ghi.Response.Status}
 		h := ghi.Response.Header
 		var msg string
@@ -145,11 +148,23 @@ func Classify(err error, now time.Time) Classification {
 			// issued, so nothing was applied.
 			tooManyRequests(&c, ghi.Response.Header, now)
 		case s >= 500:
-			c.Category, c.Retryable = CategoryServerError, true
+			// Not ambiguous, unlike a 5xx to the call itself: the call was
+			// not sent (NotSent: it spends no attempt, on a budget of its
+			// own, see runner.attempt). (A rate limit met by the exchange
+			// pauses the installation and is accounted as any other.)
+			c.Category, c.Retryable, c.NotSent = CategoryServerError, true, true
 			c.Wait = retryAfter(ghi.Response.Header, now)
 		default:
 			c.Category = CategoryUnauthorized
 		}
+		return c
+	case errors.As(err, &ghi) && ghi.RootCause != nil:
+		// The exchange got no answer (a network error, a timeout): the
+		// request it was for was never sent, so it cannot have been
+		// applied.
+		c := Classify(ghi.RootCause, now)
+		c.Ambiguous, c.NotSent = false, true
+		c.Message = "installation token: " + c.Message
 		return c
 	case errors.As(err, &rle) && rle.Response != nil && !synthetic(rle.Response, rle.Message) && !rateLimitText(rle.Message):
 		// go-github takes every 403 with x-ratelimit-remaining 0 for the

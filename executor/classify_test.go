@@ -152,8 +152,10 @@ func TestClassify(t *testing.T) {
 			CategoryInstallationUnavailable, false, false, false, 0, 403},
 		{"installation token 500", &ghinstallation.HTTPError{Message: "x", Response: resp(500)},
 			CategoryServerError, true, false, false, 0, 500},
+		// The exchange got no answer: the call it was for was never sent,
+		// so nothing can have been applied (NotSent, not ambiguous).
 		{"installation token network", &ghinstallation.HTTPError{Message: "x", RootCause: urlErr(io.EOF)},
-			CategoryNetwork, true, true, false, 0, 0},
+			CategoryNetwork, true, false, false, 0, 0},
 		{"something else", errors.New("boom"), CategoryInternal, false, false, false, 0, 0},
 		// The request that spent the last of the budget, refused for
 		// another reason: go-github makes it a RateLimitError.
@@ -188,6 +190,12 @@ func TestClassify(t *testing.T) {
 	for _, err := range []error{cases[1].err, cases[2].err} {
 		if cl := Classify(err, now); !cl.NotSent || cl.RequestID != "" {
 			t.Errorf("go-github refusal %v: %+v", err, cl)
+		}
+	}
+	for _, c := range cases {
+		// A failed token exchange sent nothing of the call it was for.
+		if (c.name == "installation token 500" || c.name == "installation token network") && !Classify(c.err, now).NotSent {
+			t.Errorf("%s: not NotSent", c.name)
 		}
 	}
 	for _, err := range []error{cases[0].err, cases[3].err, errResp(429, "")} {

@@ -346,6 +346,12 @@ func (e *Executor) installation(ctx context.Context, rec *schema.Record, tg sche
 // timeout) an operation tries before it gives up.
 const maxProbeFailures = 5
 
+// maxNotSent is how many calls in a row an operation may fail to send for
+// want of an installation token (the exchange answered 5xx, or not at
+// all) before it fails: such a failure spends no attempt, and GitHub
+// failing every exchange must not keep the operation going forever.
+const maxNotSent = 5
+
 // runner carries one operation through its attempts under its lease.
 type runner struct {
 	e         *Executor
@@ -576,7 +582,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 		}
 		return Result{}, false, false
 	}
-	a.ErrorCategory, a.ErrorMessage = cl.Category, cl.Message
+	a.ErrorCategory, a.ErrorMessage, a.NotSent = cl.Category, cl.Message, cl.NotSent
 	if a.HTTPStatus == 0 {
 		a.HTTPStatus, a.RequestID = cl.Status, cl.RequestID
 	}
@@ -683,7 +689,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		r.log.Info("attempt succeeded", zap.String(LogEvent, "attempt_succeeded"), zap.Int(LogAttempt, a.Number))
 		return r.finish(schema.StatusSucceeded, result, "", ""), true, false
 	}
-	last.ErrorCategory, last.ErrorMessage = cl.Category, cl.Message
+	last.ErrorCategory, last.ErrorMessage, last.NotSent = cl.Category, cl.Message, cl.NotSent
 	if last.HTTPStatus == 0 || cl.NotSent {
 		// (A request go-github refused itself carries a made-up 403.)
 		last.HTTPStatus, last.RequestID = cl.Status, cl.RequestID
@@ -715,6 +721,33 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 			return Result{}, false, true
 		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+	}
+	if cl.NotSent && !cl.PauseInstallation {
+		// The installation token could not be had (its exchange answered
+		// 5xx, or not at all): the call was never sent. It spends no
+		// attempt and owes no probe, so that an operation of one attempt
+		// is not failed, nor a retry held up, by a request that never
+		// reached GitHub. Such failures have a budget of their own,
+		// counted on the record so that it holds across runs and
+		// restarts: after maxNotSent in a row the operation fails.
+		r.rec.Attempts--
+		n := notSentInARow(r.rec)
+		if n >= maxNotSent {
+			return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
+		}
+		if cl.Wait > e.cfg.MaxInlineWait {
+			last.WaitMillis = cl.Wait.Milliseconds()
+			return r.requeue(cl.Wait), true, false
+		}
+		delay := e.backoff(n, cl.Wait)
+		last.WaitMillis = delay.Milliseconds()
+		if res, stop := r.saveBetween(delay); stop {
+			return res, true, false
+		}
+		if res, stop := r.wait(delay, false); stop {
+			return res, true, false
+		}
+		return Result{}, false, false
 	}
 	long := cl.Wait > e.cfg.MaxInlineWait
 	switch {
@@ -901,15 +934,42 @@ func lastAttemptAmbiguous(rec *schema.Record) bool {
 			}
 			continue // a probe that could not tell settles nothing
 		}
+		if a.NotSent {
+			continue // a call never sent changed nothing either
+		}
 		return mayHaveApplied(a)
 	}
 	return false
+}
+
+// notSentInARow counts the calls at the end of the operation's attempt
+// log that failed unsent for want of an installation token (see
+// maxNotSent); a go-github refusal for a rate limit, which pauses the
+// installation and so is bounded by GitHub's wait, ends the count.
+func notSentInARow(rec *schema.Record) int {
+	n := 0
+	for i := len(rec.AttemptLog) - 1; i >= 0; i-- {
+		a := rec.AttemptLog[i]
+		if a.Probe || !a.NotSent {
+			break
+		}
+		switch a.ErrorCategory {
+		case CategoryServerError, CategoryNetwork, CategoryTimeout:
+			n++
+			continue
+		}
+		break
+	}
+	return n
 }
 
 // mayHaveApplied reports whether call attempt a may have been applied
 // without baton knowing: it never recorded an end, or ended in an
 // ambiguous failure.
 func mayHaveApplied(a schema.Attempt) bool {
+	if a.NotSent {
+		return false
+	}
 	if a.EndedAt.IsZero() {
 		return true
 	}

@@ -75,6 +75,11 @@ type Attempt struct {
 	// Probe is true when this attempt only checked the post-condition of an
 	// earlier ambiguous attempt instead of mutating again.
 	Probe bool `json:"probe,omitempty"`
+	// NotSent is true when baton knows the call never reached GitHub (the
+	// exchange for its installation token answered 5xx or not at all, or
+	// the client refused it for a rate limit it knew of): it was not
+	// applied, spent no attempt, and is never probed.
+	NotSent bool `json:"notSent,omitempty"`
 }
 
 // MaxAttemptLog bounds the attempts kept on a record. Attempts that spend
