@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -40,6 +41,9 @@ type stackOptions struct {
 	// front, if set, returns the address baton is to reach the simulator
 	// at (a proxy in front of it).
 	front func(t testing.TB, simURL string) string
+	// transport, if set, wraps the transport of baton's GitHub clients
+	// (to act on a request as it is sent).
+	transport func(http.RoundTripper) http.RoundTripper
 	// leases, if set, wraps the coordinator the executor takes its
 	// leases from (to act at a precise moment of Process).
 	leases func(*coordinator.Coordinator) Leases
@@ -73,8 +77,16 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	sim, gh := newSim(t, o.sim)
-	if o.front != nil {
-		gh, err = NewGitHubClients(GitHubConfig{BaseURL: o.front(t, sim.URL()), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+	if o.front != nil || o.transport != nil {
+		base := sim.URL()
+		if o.front != nil {
+			base = o.front(t, base)
+		}
+		var rt http.RoundTripper
+		if o.transport != nil {
+			rt = o.transport(newTransport())
+		}
+		gh, err = NewGitHubClients(GitHubConfig{BaseURL: base, AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(), Transport: rt})
 		if err != nil {
 			t.Fatal(err)
 		}

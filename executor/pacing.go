@@ -106,7 +106,8 @@ type paceRequeue struct{ delay time.Duration }
 func (p paceRequeue) Error() string { return "installation pace: wait " + p.delay.String() }
 
 // acquire waits for the installation's next turn to send a mutating
-// request and returns the function to call once the response is back. A
+// request and returns the function to call once the response is back
+// (calling it again does nothing). A
 // wait longer than MaxInlineWait, or with too many workers already
 // waiting, is returned as paceRequeue instead; so is the rest of a wait
 // when drain is closed (the worker begins to stop). The wait ends early,
@@ -143,8 +144,14 @@ func (p *pacer) acquire(ctx context.Context, cancelled, drain <-chan struct{}, i
 			ip.tat = maxTime(ip.tat, now.Add(-p.tolerance)).Add(p.interval)
 			p.mu.Unlock()
 			return func() {
+				// Once only: the caller also defers it, so that a panic
+				// during the call (recovered by the queue's consumer)
+				// does not leave the slot in flight, and the window
+				// full, until the process restarts.
 				p.mu.Lock()
-				*end = p.now()
+				if end.Equal(farFuture) {
+					*end = p.now()
+				}
 				p.mu.Unlock()
 			}, nil
 		}

@@ -2,8 +2,11 @@ package executor
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,5 +129,45 @@ func TestPacingKeepsUnderSecondaryLimit(t *testing.T) {
 	}
 	if !lastTwo.Before(lastOne) {
 		t.Errorf("installation 2 finished at %v, after installation 1 (%v): it was held back", lastTwo, lastOne)
+	}
+}
+
+// panicTransport panics on the first n comments it is to send, as a bug in
+// an action (or in anything under it) would while its call is in flight.
+type panicTransport struct {
+	next http.RoundTripper
+	left *atomic.Int32
+}
+
+func (p panicTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/comments") && p.left.Add(-1) >= 0 {
+		panic("comment transport")
+	}
+	return p.next.RoundTrip(req)
+}
+
+// An action that panics with its pace taken gives its place back: the
+// queue's consumer recovers the panic and the operation is delivered
+// again, and a window whose places the panics held would otherwise stay
+// full until the process restarts, holding every mutation of the
+// installation.
+func TestPacingSlotFreedOnPanic(t *testing.T) {
+	t.Parallel()
+	var left atomic.Int32
+	left.Store(2)
+	s := newStack(t, stackOptions{
+		// A short lease: the panicking run leaves its lease to expire.
+		exec: Config{LeaseTTL: MinLeaseTTL, Pacing: PacingConfig{MinInterval: -1, ContentLimits: []RateWindow{{Limit: 2, Window: time.Second}}}},
+		transport: func(rt http.RoundTripper) http.RoundTripper {
+			return panicTransport{next: rt, left: &left}
+		},
+	})
+	rec := s.submit(t, "panics", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`)
+	got := s.await(t, rec.OperationID, 30*time.Second)
+	if got.Status != schema.StatusSucceeded || left.Load() >= 0 {
+		t.Fatalf("status=%s (panics left %d) %s log=%+v", got.Status, left.Load(), got.LastErrorMessage, got.AttemptLog)
+	}
+	if n := len(s.sim.Effects()); n != 1 {
+		t.Errorf("%d effects, want 1", n)
 	}
 }

@@ -620,6 +620,9 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 // may have been applied.
 func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous bool) {
 	e := r.e
+	// paced is called as soon as the response is back (below); deferred
+	// too, so that a panic gives the installation's pace its slot back.
+	defer paced()
 	if r.started {
 		// Recorded with the lease: make the call now.
 		r.rec.AttemptLog[len(r.rec.AttemptLog)-1].StartedAt = e.now()
