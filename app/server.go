@@ -419,6 +419,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			}
 			s.onStop(s.recovery.Stop)
 		}
+		// Before the consumer takes any lease: the operations a previous
+		// process died carrying out run again at once, not after their
+		// messages' ack wait. (Should that fail, they still run then.)
+		if _, err := s.exec.ResumeOrphans(ctx); err != nil {
+			s.log.Warn("the operations of the previous process were not resumed at once; they run after the queue's ack wait",
+				zap.String("event", "resume_orphans_failed"), zap.Error(err))
+		}
 		s.consumer, err = queue.NewConsumer(s.broker, queue.ConsumerConfig{
 			Handler:     QueueHandler(s.exec),
 			Concurrency: cfg.Workers,

@@ -2,7 +2,10 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/schema"
@@ -86,4 +89,73 @@ func (e *Executor) needsDispatch(ctx context.Context, lc LeaseChecker, id string
 // reconciler's counterpart of the marks Submit makes).
 func (e *Executor) MarkDispatched(ctx context.Context, ids []string, at time.Time) error {
 	return e.store.MarkDispatched(ctx, ids, at)
+}
+
+// LeaseReleaser reads and releases a resource's lease by its fence
+// (*coordinator.Coordinator).
+type LeaseReleaser interface {
+	LeaseChecker
+	ReleaseFence(ctx context.Context, f coordinator.Fence) error
+}
+
+// ResumeOrphans re-drives, at once, the operations a previous process of
+// this server was carrying out when it died (a crash, SIGKILL): records
+// running whose resource lease is still held in their own name. Nothing
+// of this process holds a lease yet when it is called (the caller calls it
+// before its queue consumer starts, and the data directory's lock keeps
+// any other process off the database), so such a lease's holder is gone:
+// it is released, by its fence (owner and token), and the operation gets
+// a fresh message. Without this the operation would wait for its message's
+// ack wait (a minute by default) and its lease's expiry.
+//
+// What the dead holder may have sent is left to Process: an attempt whose
+// start was saved and whose end was not is probed before anything is sent
+// again, as after any crash. It returns how many operations it re-drove.
+func (e *Executor) ResumeOrphans(ctx context.Context) (int, error) {
+	lr, ok := e.leases.(LeaseReleaser)
+	if !ok {
+		return 0, nil
+	}
+	type orphan struct {
+		id    string
+		fence coordinator.Fence
+	}
+	// Every running record is read and its lease checked first, then the
+	// orphans released: a page of the list is not held open meanwhile.
+	var orphans []orphan
+	f := ListFilter{Status: schema.StatusRunning, Limit: 500}
+	for {
+		recs, next, err := e.store.List(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		for _, rec := range recs {
+			key := rec.Resource.Key()
+			st, err := lr.Check(ctx, key)
+			if err != nil {
+				return 0, err
+			}
+			if st.Locked && st.Owner == rec.OperationID {
+				orphans = append(orphans, orphan{rec.OperationID, coordinator.Fence{Key: key, Owner: st.Owner, Token: st.Token}})
+			}
+		}
+		if next == "" {
+			break
+		}
+		f.Cursor = next
+	}
+	n := 0
+	for _, o := range orphans {
+		if err := lr.ReleaseFence(ctx, o.fence); err != nil {
+			if errors.Is(err, coordinator.ErrLeaseLost) {
+				continue // expired and taken over meanwhile: not ours to release
+			}
+			return n, err
+		}
+		e.log.Info("lease of a previous process released; operation resumed",
+			zap.String(LogEvent, "orphan_resumed"), zap.String(LogOperationID, o.id))
+		e.nudge(ctx, o.id)
+		n++
+	}
+	return n, nil
 }
