@@ -139,7 +139,7 @@ type Config struct {
 	// outcome is applied again. Defaults to 1s.
 	BusyDelay time.Duration
 	// ReconcileInterval is how often the loop Start runs reconciles every
-	// repository. Defaults to 5m.
+	// repository (once at Start, then every interval). Defaults to 5m.
 	ReconcileInterval time.Duration
 	// StaleLeaseAfter is how long a repository lease must have been
 	// expired for a reconcile to report it dead (its holder crashed).

@@ -134,10 +134,19 @@ func queuedThenUninstalled(t *testing.T, s *stack, repo string) {
 // simInstallations answers InstallationOf from the simulator, as the
 // installations registry does from GitHub's webhooks: the installation
 // that has the repository now, forbidden when none does.
+// Until the simulator is stored (the queue reconciles as it starts, before
+// the stack is returned) there is no installation.
 type simInstallations struct{ sim *atomic.Pointer[ghsim.Sim] }
 
+func (r simInstallations) installations() []ghsim.Installation {
+	if sim := r.sim.Load(); sim != nil {
+		return sim.Installations()
+	}
+	return nil
+}
+
 func (r simInstallations) InstallationOf(_ context.Context, owner, repo string) (int64, error) {
-	for _, in := range r.sim.Load().Installations() {
+	for _, in := range r.installations() {
 		for _, full := range in.Repositories {
 			if strings.EqualFold(full, owner+"/"+repo) {
 				if in.Suspended {
@@ -154,7 +163,7 @@ func (r simInstallations) InstallationOf(_ context.Context, owner, repo string) 
 // the server does for the merge queue's reconcile.
 func (r simInstallations) Repositories(context.Context) ([]mergequeue.Repository, error) {
 	var out []mergequeue.Repository
-	for _, in := range r.sim.Load().Installations() {
+	for _, in := range r.installations() {
 		for _, full := range in.Repositories {
 			if !in.Suspended {
 				out = append(out, mergequeue.Repository{InstallationID: in.ID, FullName: full})

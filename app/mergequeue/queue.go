@@ -48,8 +48,8 @@ func New(cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-// Start starts the reconcile loop (every ReconcileInterval, the first one
-// interval after Start) and the application of finished operations, and
+// Start starts the reconcile loop (a pass at once, then every
+// ReconcileInterval) and the application of finished operations, and
 // returns once they run. It fails if the queue was started or stopped
 // before.
 func (q *Queue) Start(ctx context.Context) error {

@@ -414,16 +414,24 @@ func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
 	return reports, errors.Join(errs...)
 }
 
-// reconcileLoop runs ReconcileAll every ReconcileInterval, each pass
-// scheduled after the previous one finished.
+// reconcileLoop runs ReconcileAll at once, then every ReconcileInterval,
+// each pass scheduled after the previous one finished (the second one
+// interval after Start). The pass at once is for a restart: what changed on
+// GitHub while baton was down and whose delivery GitHub gave up on (or
+// that the recovery of missed deliveries is yet to get back, or cannot:
+// a downtime longer than GitHub keeps deliveries) would otherwise be shown
+// and acted on as it was, for up to an interval.
 func (q *Queue) reconcileLoop(ctx context.Context) {
 	t := q.cfg.Clock.NewTimer(q.cfg.ReconcileInterval)
 	defer t.Stop()
+	first := true
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+			}
 		}
 		reports, err := q.ReconcileAll(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -436,7 +444,10 @@ func (q *Queue) reconcileLoop(ctx context.Context) {
 			}
 		}
 		q.log.Debug("reconcile pass done", zap.String(logEvent, "mergequeue.reconcile_pass"),
-			zap.Int("repositories", len(reports)), zap.Int("skipped", skipped))
-		t.Reset(q.cfg.ReconcileInterval)
+			zap.Int("repositories", len(reports)), zap.Int("skipped", skipped), zap.Bool("atStart", first))
+		if !first {
+			t.Reset(q.cfg.ReconcileInterval)
+		}
+		first = false
 	}
 }

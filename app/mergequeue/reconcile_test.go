@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/coordinator"
@@ -263,4 +264,45 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 	if reconciled < 0 || pushed < reconciled {
 		t.Errorf("holders in order %v: the push's (%d) should follow the reconcile's (%d)", owners, pushed, reconciled)
 	}
+}
+
+// A queue started again (baton restarted) reconciles at once, not only
+// ReconcileInterval later: what changed on GitHub while it was stopped
+// (here a label removed whose delivery never came) must not be shown,
+// nor acted on, for minutes.
+func TestStartReconcilesAtOnce(t *testing.T) {
+	s := newStack(t, stackOptions{fakeClock: true, mq: func(c *mergequeue.Config) { c.ReconcileInterval = 5 * time.Minute }})
+	ctx := context.Background()
+	const repo = "restart"
+	prs := s.repo(t, repo, 2, []string{"ci"})
+	s.labelAll(t, repo, prs...)
+
+	// baton stops once what it was doing is done: its webhooks are off
+	// from then on, so the deliveries of what follows are missed.
+	s.sim.SetWebhook("", "")
+	waitFor(t, 30*time.Second, "nothing left to handle", func() bool {
+		pending, err := s.ledger.List(ctx, app.DeliveryFilter{State: app.DeliveryPending})
+		return err == nil && len(pending) == 0
+	})
+	s.waitIdle(t)
+	if err := s.q.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.RemoveLabel("octo", repo, prs[0], "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+
+	q2, err := mergequeue.New(s.mqCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q2.Stop(context.Background()) })
+	s.q = q2
+	// The fake clock does not move: only a pass at Start can see it.
+	waitFor(t, 20*time.Second, "the unlabelled pull request out of the queue after the start", func() bool {
+		return slices.Equal(s.queueOrder(t, repo), prs[1:])
+	})
 }

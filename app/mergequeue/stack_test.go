@@ -55,6 +55,7 @@ type stack struct {
 	gh     *executor.GitHubClients
 	ledger *app.DeliveryLedger
 	q      *mergequeue.Queue
+	mqCfg  mergequeue.Config // the queue's config, for a queue started again
 	hook   *httptest.Server
 }
 
@@ -144,7 +145,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	mq, err = mergequeue.New(cfg)
 	must(err)
-	s.q = mq
+	s.q, s.mqCfg = mq, cfg
 
 	must(s.exec.Start(ctx))
 	stops = append(stops, s.exec.Stop)

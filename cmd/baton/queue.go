@@ -185,7 +185,7 @@ func newQueueReconcileCmd() *cobra.Command {
 		`Reconcile re-derives the queue from GitHub (open pull requests carrying
 the label, at their current heads), re-reads pending gates, clears bounced
 entries and takes over a repository lease left by a crashed holder, as the
-server does every 5 minutes. While an event of the repository is being
+server does as it starts and every 5 minutes. While an event of the repository is being
 handled it waits up to 5 seconds for its turn, then fails with lease_held;
 when GitHub cannot be read it fails naming GitHub's answer (HTTP 503 with
 Retry-After while GitHub is away or limits baton, 502 when it refuses the
