@@ -376,7 +376,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	if s.gh != nil {
 		recv, err := NewWebhookReceiver(WebhookConfig{Ledger: s.ledger, Secret: cfg.WebhookSecret,
-			PreviousSecret: cfg.PreviousWebhookSecret, Logger: s.log, Registerer: s.reg})
+			PreviousSecret: cfg.PreviousWebhookSecret, Replay: s.dispatcher.Replay, Logger: s.log, Registerer: s.reg})
 		if err != nil {
 			return err
 		}

@@ -48,6 +48,13 @@ type WebhookConfig struct {
 	// records the delivery as failed and the recovery loop has it
 	// delivered again). Defaults to 256 MiB; at least MaxBodyBytes.
 	MaxInFlightBytes int64
+	// Replay makes a failed delivery pending again (EventDispatcher.Replay).
+	// It is called when GitHub redelivers a delivery the ledger has as
+	// failed: a redelivery asked for in GitHub (the App's recent
+	// deliveries, or its API) is how an operator has a delivery baton gave
+	// up on handled again, once its cause is mended. Nil: such a
+	// redelivery is only counted, as any other.
+	Replay func(ctx context.Context, deliveryID string) error
 	// RecordTimeout bounds the ledger write before the answer, well inside
 	// GitHub's 10 s. Defaults to 5s.
 	RecordTimeout time.Duration
@@ -65,8 +72,9 @@ type WebhookConfig struct {
 // by X-GitHub-Delivery before it answers 2xx, and leaves the work to the
 // event dispatcher, so it answers in milliseconds.
 //
-// Answers: 202 a new delivery, recorded; 200 a delivery already recorded
-// (nothing else happens); 400 missing X-GitHub-Delivery or X-GitHub-Event,
+// Answers: 202 a new delivery, recorded, or a redelivery of one that had
+// failed, made pending again (WebhookConfig.Replay); 200 a delivery
+// already recorded (nothing else happens); 400 missing X-GitHub-Delivery or X-GitHub-Event,
 // or a body that is not a JSON object; 401 a missing or bad signature
 // (nothing is recorded; checked before the delivery's headers and payload
 // are looked at, so an unsigned request learns nothing else); 405 not a
@@ -116,7 +124,7 @@ func NewWebhookReceiver(cfg WebhookConfig) (*WebhookReceiver, error) {
 		log: cfg.Logger.With(zap.String(logKeySubsystem, "webhook")),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_webhook_requests_total",
-			Help: "Requests to the webhook endpoint, by outcome (accepted, duplicate, unauthorized, invalid, too_large, busy, error).",
+			Help: "Requests to the webhook endpoint, by outcome (accepted, duplicate, replayed, unauthorized, invalid, too_large, busy, error).",
 		}, []string{"outcome"}),
 	}
 	w.SetSecrets(cfg.Secret, cfg.PreviousSecret)
@@ -216,13 +224,30 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), w.cfg.RecordTimeout)
 	defer cancel()
-	created, err := w.cfg.Ledger.Record(ctx, d)
+	created, state, err := w.cfg.Ledger.record(ctx, d)
 	log := w.log.With(zap.String(logKeyDeliveryID, d.ID), zap.String(logKeyGitHubEvent, d.Event), zap.String(logKeyAction, d.Action),
 		zap.Int64(logKeyInstallation, d.InstallationID), zap.String(logKeyRepository, d.Repository))
 	if err != nil {
 		log.Error("recording a delivery failed", zap.String(logKeyEvent, "webhook.record_failed"), zap.Error(err))
 		w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
 		return
+	}
+	if !created && state == DeliveryFailed && w.cfg.Replay != nil {
+		switch err := w.cfg.Replay(ctx, d.ID); {
+		case err == nil:
+			log.Info("redelivery of a failed delivery: handled again", zap.String(logKeyEvent, "webhook.replayed"))
+			w.requests.WithLabelValues("replayed").Inc()
+			writeWebhookJSON(rw, http.StatusAccepted, map[string]string{"deliveryId": d.ID, "status": "replayed"})
+			return
+		case schema.ErrorCode(err) == schema.CodeInvalidRequest:
+			// Not failed any more: a concurrent redelivery replayed it.
+		default:
+			// Still failed: GitHub records this redelivery as failed,
+			// and it can be asked for again.
+			log.Error("replaying a failed delivery failed", zap.String(logKeyEvent, "webhook.replay_failed"), zap.Error(err))
+			w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
+			return
+		}
 	}
 	if !created {
 		log.Info("duplicate delivery ignored", zap.String(logKeyEvent, "webhook.duplicate"))

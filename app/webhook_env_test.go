@@ -115,7 +115,8 @@ func newHookEnv(t *testing.T, o hookEnvOptions) *hookEnv {
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t)
-	if e.recv, err = NewWebhookReceiver(WebhookConfig{Ledger: e.ledger, Secret: "s3cret", Logger: log}); err != nil {
+	replay := func(ctx context.Context, id string) error { return e.disp.Replay(ctx, id) } // e.disp is made below
+	if e.recv, err = NewWebhookReceiver(WebhookConfig{Ledger: e.ledger, Secret: "s3cret", Replay: replay, Logger: log}); err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()

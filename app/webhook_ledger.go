@@ -103,24 +103,34 @@ func deliveryOrderingKey(d Delivery) string {
 // recorded already, in which case it only counts the redelivery. It
 // returns once the write is durable; created says whether d was new.
 func (l *DeliveryLedger) Record(ctx context.Context, d Delivery) (created bool, err error) {
+	created, _, err = l.record(ctx, d)
+	return created, err
+}
+
+// record is Record, also saying the state of the delivery recorded before
+// (the state of d when created).
+func (l *DeliveryLedger) record(ctx context.Context, d Delivery) (created bool, state DeliveryState, err error) {
 	received := cmp.Or(d.ReceivedAt, l.now())
 	key := deliveryOrderingKey(d)
 	err = l.db.Write(ctx, func(tx *sqlite.Tx) error {
-		var redeliveries int
+		var (
+			redeliveries int
+			st           string
+		)
 		if err := tx.QueryRow(`INSERT INTO webhook_deliveries
 			(delivery_id, event, action, installation_id, repository, ordering_key, received_at, body)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (delivery_id) DO UPDATE SET redeliveries = redeliveries + 1
-			RETURNING redeliveries`,
+			RETURNING redeliveries, state`,
 			d.ID, d.Event, d.Action, d.InstallationID, d.Repository, key, received.UnixMicro(), d.Payload,
-		).Scan(&redeliveries); err != nil {
+		).Scan(&redeliveries, &st); err != nil {
 			return fmt.Errorf("app: record delivery: %w", err)
 		}
-		created = redeliveries == 0
+		created, state = redeliveries == 0, DeliveryState(st)
 		return nil
 	})
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if created {
 		select {
@@ -128,7 +138,7 @@ func (l *DeliveryLedger) Record(ctx context.Context, d Delivery) (created bool, 
 		default:
 		}
 	}
-	return created, nil
+	return created, state, nil
 }
 
 const deliveryColumns = `seq, delivery_id, event, action, installation_id, repository, received_at,
