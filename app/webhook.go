@@ -56,7 +56,8 @@ type WebhookConfig struct {
 	// redelivery is only counted, as any other.
 	Replay func(ctx context.Context, deliveryID string) error
 	// RecordTimeout bounds the ledger write before the answer, well inside
-	// GitHub's 10 s. Defaults to 5s.
+	// GitHub's 10 s: a write not done by then is answered 503, whatever
+	// holds up the store's writer. Defaults to 5s.
 	RecordTimeout time.Duration
 	// Now is the clock of receipt times. Defaults to time.Now.
 	Now func() time.Time
@@ -78,7 +79,8 @@ type WebhookConfig struct {
 // or a body that is not a JSON object; 401 a missing or bad signature
 // (nothing is recorded; checked before the delivery's headers and payload
 // are looked at, so an unsigned request learns nothing else); 405 not a
-// POST; 413 a body over MaxBodyBytes; 503 too many bodies in flight; 500 the ledger could not be written.
+// POST; 413 a body over MaxBodyBytes; 503 too many bodies in flight, or the
+// ledger's write not done within RecordTimeout; 500 the ledger could not be written.
 // Errors have the API's shape: {"error": {"code", "message"}}.
 type WebhookReceiver struct {
 	cfg      WebhookConfig
@@ -179,7 +181,15 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		macs[i] = hmac.New(sha256.New, []byte(s))
 	}
 	body, status := w.readBody(r, macs)
-	defer w.inFlight.Add(-int64(cap(body)))
+	// The body's budget is given back when the request is done with it;
+	// a ledger write that outlives the answer (see below) gives it back
+	// when it ends instead.
+	keepBudget := false
+	defer func() {
+		if !keepBudget {
+			w.inFlight.Add(-int64(cap(body)))
+		}
+	}()
 	switch status {
 	case http.StatusOK:
 	case http.StatusRequestEntityTooLarge:
@@ -224,9 +234,45 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), w.cfg.RecordTimeout)
 	defer cancel()
-	created, state, err := w.cfg.Ledger.record(ctx, d)
 	log := w.log.With(zap.String(logKeyDeliveryID, d.ID), zap.String(logKeyGitHubEvent, d.Event), zap.String(logKeyAction, d.Action),
 		zap.Int64(logKeyInstallation, d.InstallationID), zap.String(logKeyRepository, d.Repository))
+	// The store's writer does not give up on a write it has taken, however
+	// long the writes ahead of it take (a slow disk): the answer does not
+	// wait for it past RecordTimeout. A write still waiting then is not
+	// made (the writer skips a write whose context has ended); one the
+	// writer had begun may still commit, and the delivery is then in the
+	// ledger though GitHub records it failed: handled once all the same,
+	// and its redelivery counted as a duplicate.
+	type recordResult struct {
+		created bool
+		state   DeliveryState
+		err     error
+	}
+	recorded := make(chan recordResult, 1)
+	go func() {
+		created, state, err := w.cfg.Ledger.record(ctx, d)
+		recorded <- recordResult{created, state, err}
+	}()
+	var res recordResult
+	select {
+	case res = <-recorded:
+	case <-ctx.Done():
+		select {
+		case res = <-recorded: // ended at the same time
+		default:
+			keepBudget = true
+			go func() {
+				<-recorded
+				w.inFlight.Add(-int64(cap(body)))
+			}()
+			log.Error("recording a delivery took too long; answered 503", zap.String(logKeyEvent, "webhook.record_timeout"),
+				zap.Duration("timeout", w.cfg.RecordTimeout))
+			rw.Header().Set("Retry-After", "5")
+			w.fail(rw, http.StatusServiceUnavailable, "busy", schema.CodeInternal, "the delivery could not be recorded in time; try again")
+			return
+		}
+	}
+	created, state, err := res.created, res.state, res.err
 	if err != nil {
 		log.Error("recording a delivery failed", zap.String(logKeyEvent, "webhook.record_failed"), zap.Error(err))
 		w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
