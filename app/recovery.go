@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
@@ -52,7 +53,8 @@ type RecoveryConfig struct {
 // again: GitHub never redelivers by itself. Each pass lists the App's
 // hook deliveries of the last Window, newest first, groups the attempts by
 // delivery GUID, and requests one redelivery of each GUID that has no
-// successful attempt and is not in the ledger.
+// successful attempt and is not in the ledger, oldest first; a request
+// GitHub refuses for a rate limit ends the pass.
 type Recovery struct {
 	cfg       RecoveryConfig
 	log       *zap.Logger
@@ -168,7 +170,8 @@ type RecoveryReport struct {
 	// Redelivered lists the GUIDs whose redelivery was requested.
 	Redelivered []string `json:"redelivered"`
 	// Skipped counts failed GUIDs left alone: in the ledger already,
-	// requested recently, or redelivered MaxRedeliveries times.
+	// requested recently, redelivered MaxRedeliveries times, or left for
+	// the next pass because GitHub refused a redelivery for a rate limit.
 	Skipped int `json:"skipped"`
 }
 
@@ -265,6 +268,14 @@ list:
 				return rep, ctx.Err()
 			}
 			errs = append(errs, fmt.Errorf("redeliver %s: %w", g.guid, err))
+			if c := executor.Classify(err, time.Now()); c.PauseInstallation {
+				// GitHub is limiting the App: the rest waits for the next
+				// pass rather than being refused in turn (after a long
+				// outage, thousands of requests that only prolong the
+				// limit).
+				rep.Skipped += i
+				break
+			}
 			continue
 		}
 		r.requested[g.guid] = now
