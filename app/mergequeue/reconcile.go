@@ -416,7 +416,8 @@ func (q *Queue) ReconcileAll(ctx context.Context) ([]Report, error) {
 
 // reconcileLoop runs ReconcileAll at once, then every ReconcileInterval,
 // each pass scheduled after the previous one finished (the second one
-// interval after Start). The pass at once is for a restart: what changed on
+// interval after Start, or a lease's TTL after it when the pass at once
+// found a repository's lease held). The pass at once is for a restart: what changed on
 // GitHub while baton was down and whose delivery GitHub gave up on (or
 // that the recovery of missed deliveries is yet to get back, or cannot:
 // a downtime longer than GitHub keeps deliveries) would otherwise be shown
@@ -445,7 +446,13 @@ func (q *Queue) reconcileLoop(ctx context.Context) {
 		}
 		q.log.Debug("reconcile pass done", zap.String(logEvent, "mergequeue.reconcile_pass"),
 			zap.Int("repositories", len(reports)), zap.Int("skipped", skipped), zap.Bool("atStart", first))
-		if !first {
+		switch {
+		case first && skipped > 0:
+			// A lease live at start is, as often as not, the one of a
+			// handler of the process before (a crash): the repository
+			// is tried again once such a lease has expired.
+			t.Reset(q.cfg.LeaseTTL + time.Second)
+		case !first:
 			t.Reset(q.cfg.ReconcileInterval)
 		}
 		first = false

@@ -306,3 +306,56 @@ func TestStartReconcilesAtOnce(t *testing.T) {
 		return slices.Equal(s.queueOrder(t, repo), prs[1:])
 	})
 }
+
+// A start after a crash finds the repository lease of the crashed handler
+// still live: the pass at start skips the repository, and the queue
+// reconciles it again once that lease has expired, not an interval later.
+func TestStartReconcileSkippedForALeaseIsTriedAgainSoon(t *testing.T) {
+	s := newStack(t, stackOptions{fakeClock: true, mq: func(c *mergequeue.Config) { c.ReconcileInterval = 5 * time.Minute }})
+	ctx := context.Background()
+	const repo = "crashed"
+	prs := s.repo(t, repo, 2, []string{"ci"})
+	s.labelAll(t, repo, prs...)
+	s.sim.SetWebhook("", "")
+	waitFor(t, 30*time.Second, "nothing left to handle", func() bool {
+		pending, err := s.ledger.List(ctx, app.DeliveryFilter{State: app.DeliveryPending})
+		return err == nil && len(pending) == 0
+	})
+	s.waitIdle(t)
+	if err := s.q.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.RemoveLabel("octo", repo, prs[0], "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	// The crashed process's handler held the repository.
+	if _, err := s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "mergequeue:delivery:crashed", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	start := s.clock.Now()
+	q2, err := mergequeue.New(s.mqCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q2.Stop(context.Background()) })
+	s.q = q2
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	retry := start.Add(time.Minute)
+	if err := s.clock.WaitTimers(wctx, func(w []time.Time) bool {
+		return slices.ContainsFunc(w, func(at time.Time) bool { return at.After(start) && !at.After(retry) })
+	}); err != nil {
+		t.Fatalf("no pass within a minute of the start: %v (armed: %v)", err, s.clock.Timers())
+	}
+	if got := s.queueOrder(t, repo); !slices.Equal(got, prs) {
+		t.Fatalf("the pass at start went past the live lease: %v", got)
+	}
+	s.clock.Set(retry)
+	waitFor(t, 20*time.Second, "the unlabelled pull request out of the queue once the lease expired", func() bool {
+		return slices.Equal(s.queueOrder(t, repo), prs[1:])
+	})
+}
