@@ -242,16 +242,29 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// made (the writer skips a write whose context has ended); one the
 	// writer had begun may still commit, and the delivery is then in the
 	// ledger though GitHub records it failed: handled once all the same,
-	// and its redelivery counted as a duplicate.
+	// and its redelivery counted as a duplicate. The replay of a failed
+	// delivery, a second write, is bounded with it.
 	type recordResult struct {
-		created bool
-		state   DeliveryState
-		err     error
+		created   bool
+		err       error
+		replayed  bool
+		replayErr error
 	}
 	recorded := make(chan recordResult, 1)
 	go func() {
-		created, state, err := w.cfg.Ledger.record(ctx, d)
-		recorded <- recordResult{created, state, err}
+		var res recordResult
+		var state DeliveryState
+		res.created, state, res.err = w.cfg.Ledger.record(ctx, d)
+		if res.err == nil && !res.created && state == DeliveryFailed && w.cfg.Replay != nil {
+			res.replayErr = w.cfg.Replay(ctx, d.ID)
+			// An invalid_request: not failed any more, a concurrent
+			// redelivery replayed it; this one is a duplicate.
+			res.replayed = res.replayErr == nil
+			if schema.ErrorCode(res.replayErr) == schema.CodeInvalidRequest {
+				res.replayErr = nil
+			}
+		}
+		recorded <- res
 	}()
 	var res recordResult
 	select {
@@ -272,28 +285,23 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	created, state, err := res.created, res.state, res.err
-	if err != nil {
-		log.Error("recording a delivery failed", zap.String(logKeyEvent, "webhook.record_failed"), zap.Error(err))
+	created := res.created
+	switch {
+	case res.err != nil:
+		log.Error("recording a delivery failed", zap.String(logKeyEvent, "webhook.record_failed"), zap.Error(res.err))
 		w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
 		return
-	}
-	if !created && state == DeliveryFailed && w.cfg.Replay != nil {
-		switch err := w.cfg.Replay(ctx, d.ID); {
-		case err == nil:
-			log.Info("redelivery of a failed delivery: handled again", zap.String(logKeyEvent, "webhook.replayed"))
-			w.requests.WithLabelValues("replayed").Inc()
-			writeWebhookJSON(rw, http.StatusAccepted, map[string]string{"deliveryId": d.ID, "status": "replayed"})
-			return
-		case schema.ErrorCode(err) == schema.CodeInvalidRequest:
-			// Not failed any more: a concurrent redelivery replayed it.
-		default:
-			// Still failed: GitHub records this redelivery as failed,
-			// and it can be asked for again.
-			log.Error("replaying a failed delivery failed", zap.String(logKeyEvent, "webhook.replay_failed"), zap.Error(err))
-			w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
-			return
-		}
+	case res.replayErr != nil:
+		// Still failed: GitHub records this redelivery as failed, and it
+		// can be asked for again.
+		log.Error("replaying a failed delivery failed", zap.String(logKeyEvent, "webhook.replay_failed"), zap.Error(res.replayErr))
+		w.fail(rw, http.StatusInternalServerError, "error", schema.CodeInternal, "internal error")
+		return
+	case res.replayed:
+		log.Info("redelivery of a failed delivery: handled again", zap.String(logKeyEvent, "webhook.replayed"))
+		w.requests.WithLabelValues("replayed").Inc()
+		writeWebhookJSON(rw, http.StatusAccepted, map[string]string{"deliveryId": d.ID, "status": "replayed"})
+		return
 	}
 	if !created {
 		log.Info("duplicate delivery ignored", zap.String(logKeyEvent, "webhook.duplicate"))

@@ -56,3 +56,56 @@ func TestWebhookAnswersWithinRecordTimeoutWhenTheStoreIsSlow(t *testing.T) {
 		t.Fatalf("the redelivery: %d %s", rec.Code, rec.Body.String())
 	}
 }
+
+// So too for the redelivery of a failed delivery, whose replay is a
+// second write: the answer comes within RecordTimeout, and the delivery
+// stays failed, to be redelivered again.
+func TestWebhookReplayAnswersWithinRecordTimeoutWhenTheStoreIsSlow(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	var l *DeliveryLedger
+	held, release := make(chan struct{}), make(chan struct{})
+	writeDone := make(chan error, 1)
+	replay := func(ctx context.Context, id string) error {
+		// The store's writer is taken by something else between the
+		// delivery's record and its replay.
+		go func() {
+			writeDone <- l.db.Write(context.Background(), func(*sqlite.Tx) error {
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		<-held
+		_, err := l.requeue(ctx, id)
+		return err
+	}
+	w, l := newHookReceiver(t, WebhookConfig{RecordTimeout: timeout, Replay: replay})
+	ctx := hookCtx(t)
+	body := []byte(`{"zen":"failed"}`)
+	if rec := serveHook(t, w, http.MethodPost, signedHook("s3cret", "ping", "failed-1", body), body); rec.Code != http.StatusAccepted {
+		t.Fatalf("first delivery: %d", rec.Code)
+	}
+	if err := l.db.Write(ctx, func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(`UPDATE webhook_deliveries SET state = 'failed' WHERE delivery_id = 'failed-1'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	releaseAt := time.AfterFunc(3*time.Second, func() { close(release) })
+	defer releaseAt.Stop()
+	began := time.Now()
+	rec := serveHook(t, w, http.MethodPost, signedHook("s3cret", "ping", "failed-1", body), body)
+	took := time.Since(began)
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusServiceUnavailable || took > timeout+time.Second {
+		t.Fatalf("answered %d after %s: %s", rec.Code, took, rec.Body.String())
+	}
+	if r, err := l.Get(ctx, "failed-1"); err != nil || r.State != DeliveryFailed {
+		t.Fatalf("after a replay answered 503: %+v, %v", r, err)
+	}
+	hookEventually(t, ctx, "the in-flight budget given back", func() bool { return w.inFlight.Load() == 0 })
+}
