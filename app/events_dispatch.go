@@ -248,7 +248,9 @@ func (d *EventDispatcher) Stop(ctx context.Context) error {
 
 // Replay makes a failed delivery pending again: the handlers that had not
 // handled it run again, with a fresh count of attempts. The dispatcher
-// must be running.
+// must be running. Once the delivery is pending again Replay returns nil,
+// even if ctx ends before the dispatcher's loop has taken it (the loop is
+// given it when it can).
 func (d *EventDispatcher) Replay(ctx context.Context, deliveryID string) error {
 	d.lifeMu.Lock()
 	running := d.started && !d.stopped
@@ -269,7 +271,17 @@ func (d *EventDispatcher) Replay(ctx context.Context, deliveryID string) error {
 		// takes it.
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		// The delivery is pending in the ledger already, and the loop
+		// learns of pending deliveries only as they are recorded: it
+		// must be given this one however long it is busy, or it would
+		// wait for the next Start.
+		go func() {
+			select {
+			case d.replays <- ref:
+			case <-d.loopDone:
+			}
+		}()
+		return nil
 	}
 }
 
