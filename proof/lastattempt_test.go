@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,17 +47,7 @@ func TestLastAttemptAppliedButAnswerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	is, err := p.sim.Issue("octo", "demo", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	posted := 0
-	for _, cm := range is.Comments {
-		if strings.Contains(cm.Body, "<!-- baton:operation="+op.OperationID+" -->") {
-			posted++
-		}
-	}
-	if posted != 1 {
+	if posted := commentsPosted(t, p.sim, 10, op.OperationID); posted != 1 {
 		t.Fatalf("the comment was posted %d times, want once", posted)
 	}
 	if op.Status != schema.StatusSucceeded {

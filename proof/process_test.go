@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/executor"
 )
 
 var (
@@ -338,4 +341,35 @@ func (n *natsProcess) kill() {
 		_ = n.cmd.Wait()
 		n.cmd = nil
 	}
+}
+
+// appFiles writes the simulated App's private key and webhook secret into
+// dir, for baton serve's --private-key and --webhook-secret-file.
+func appFiles(t testing.TB, sim *ghsim.Sim, dir string) (keyFile, secretFile string) {
+	t.Helper()
+	keyFile, secretFile = filepath.Join(dir, "app.pem"), filepath.Join(dir, "webhook-secret")
+	if err := os.WriteFile(keyFile, sim.PrivateKeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secretFile, []byte(sim.WebhookSecret()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, secretFile
+}
+
+// commentsPosted counts the comments on octo/demo#n that carry
+// operation id's marker.
+func commentsPosted(t testing.TB, sim *ghsim.Sim, n int, id string) int {
+	t.Helper()
+	is, err := sim.Issue("octo", "demo", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted := 0
+	for _, cm := range is.Comments {
+		if strings.Contains(cm.Body, executor.CommentMarker(id)) {
+			posted++
+		}
+	}
+	return posted
 }

@@ -3,10 +3,8 @@ package proof
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,13 +36,7 @@ func TestInFlightOperationResumesAtRestart(t *testing.T) {
 	}
 	work := t.TempDir()
 	dataDir := filepath.Join(work, "data")
-	keyFile, secretFile := filepath.Join(work, "app.pem"), filepath.Join(work, "webhook-secret")
-	if err := os.WriteFile(keyFile, sim.PrivateKeyPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(secretFile, []byte(sim.WebhookSecret()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile, secretFile := appFiles(t, sim, work)
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	proc := newBatonProcess(t, bin, addr, filepath.Join(work, "baton.log"),
 		"--data", dataDir, "--github-url", sim.URL(), "--app-id", strconv.FormatInt(sim.AppID(), 10),
@@ -94,17 +86,7 @@ func TestInFlightOperationResumesAtRestart(t *testing.T) {
 	if len(v.AttemptLog) != 3 || !v.AttemptLog[1].Probe || v.AttemptLog[2].Probe {
 		t.Errorf("attempt log %+v: want the interrupted call, a probe, then the call", v.AttemptLog)
 	}
-	is, err := sim.Issue("octo", "demo", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	posted := 0
-	for _, cm := range is.Comments {
-		if strings.Contains(cm.Body, "<!-- baton:operation="+op.OperationID+" -->") {
-			posted++
-		}
-	}
-	if posted != 1 {
+	if posted := commentsPosted(t, sim, 10, op.OperationID); posted != 1 {
 		t.Errorf("the comment was posted %d times, want once", posted)
 	}
 }

@@ -171,13 +171,7 @@ func runScenario(t *testing.T, sc scenario) {
 	// baton.
 	work := t.TempDir()
 	dataDir := filepath.Join(work, "data")
-	keyFile, secretFile := filepath.Join(work, "app.pem"), filepath.Join(work, "webhook-secret")
-	if err := os.WriteFile(keyFile, sim.PrivateKeyPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(secretFile, []byte(sim.WebhookSecret()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile, secretFile := appFiles(t, sim, work)
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	args := []string{
 		"--data", dataDir,
