@@ -272,35 +272,9 @@ func TestWebhookAndReconcileSerialize(t *testing.T) {
 // nor acted on, for minutes.
 func TestStartReconcilesAtOnce(t *testing.T) {
 	s := newStack(t, stackOptions{fakeClock: true, mq: func(c *mergequeue.Config) { c.ReconcileInterval = 5 * time.Minute }})
-	ctx := context.Background()
 	const repo = "restart"
-	prs := s.repo(t, repo, 2, []string{"ci"})
-	s.labelAll(t, repo, prs...)
-
-	// baton stops once what it was doing is done: its webhooks are off
-	// from then on, so the deliveries of what follows are missed.
-	s.sim.SetWebhook("", "")
-	waitFor(t, 30*time.Second, "nothing left to handle", func() bool {
-		pending, err := s.ledger.List(ctx, app.DeliveryFilter{State: app.DeliveryPending})
-		return err == nil && len(pending) == 0
-	})
-	s.waitIdle(t)
-	if err := s.q.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.RemoveLabel("octo", repo, prs[0], "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-
-	q2, err := mergequeue.New(s.mqCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q2.Stop(context.Background()) })
-	s.q = q2
+	prs := stoppedThenUnlabelled(t, s, repo)
+	s.restartQueue(t)
 	// The fake clock does not move: only a pass at Start can see it.
 	waitFor(t, 20*time.Second, "the unlabelled pull request out of the queue after the start", func() bool {
 		return slices.Equal(s.queueOrder(t, repo), prs[1:])
@@ -314,35 +288,14 @@ func TestStartReconcileSkippedForALeaseIsTriedAgainSoon(t *testing.T) {
 	s := newStack(t, stackOptions{fakeClock: true, mq: func(c *mergequeue.Config) { c.ReconcileInterval = 5 * time.Minute }})
 	ctx := context.Background()
 	const repo = "crashed"
-	prs := s.repo(t, repo, 2, []string{"ci"})
-	s.labelAll(t, repo, prs...)
-	s.sim.SetWebhook("", "")
-	waitFor(t, 30*time.Second, "nothing left to handle", func() bool {
-		pending, err := s.ledger.List(ctx, app.DeliveryFilter{State: app.DeliveryPending})
-		return err == nil && len(pending) == 0
-	})
-	s.waitIdle(t)
-	if err := s.q.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.RemoveLabel("octo", repo, prs[0], "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
+	prs := stoppedThenUnlabelled(t, s, repo)
 	// The crashed process's handler held the repository.
 	if _, err := s.coord.Acquire(ctx, mergequeue.LeaseKey("octo", repo), "mergequeue:delivery:crashed", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
 	start := s.clock.Now()
-	q2, err := mergequeue.New(s.mqCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q2.Stop(context.Background()) })
-	s.q = q2
+	s.restartQueue(t)
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	retry := start.Add(time.Minute)
@@ -358,4 +311,43 @@ func TestStartReconcileSkippedForALeaseIsTriedAgainSoon(t *testing.T) {
 	waitFor(t, 20*time.Second, "the unlabelled pull request out of the queue once the lease expired", func() bool {
 		return slices.Equal(s.queueOrder(t, repo), prs[1:])
 	})
+}
+
+// stoppedThenUnlabelled queues two pull requests of a new repository,
+// stops the queue once everything is handled (its webhooks off, as for a
+// stopped baton), and takes the first one's label off on GitHub, a change
+// whose delivery baton never gets. It returns the pull requests.
+func stoppedThenUnlabelled(t *testing.T, s *stack, repo string) []int {
+	t.Helper()
+	ctx := context.Background()
+	prs := s.repo(t, repo, 2, []string{"ci"})
+	s.labelAll(t, repo, prs...)
+	s.sim.SetWebhook("", "")
+	waitFor(t, 30*time.Second, "nothing left to handle", func() bool {
+		pending, err := s.ledger.List(ctx, app.DeliveryFilter{State: app.DeliveryPending})
+		return err == nil && len(pending) == 0
+	})
+	s.waitIdle(t)
+	if err := s.q.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sim.RemoveLabel("octo", repo, prs[0], "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	return prs
+}
+
+// restartQueue starts a new queue on the stack's config in place of the
+// stopped one, as baton's next start does.
+func (s *stack) restartQueue(t *testing.T) {
+	t.Helper()
+	q, err := mergequeue.New(s.mqCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	s.q = q
 }
