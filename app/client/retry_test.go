@@ -275,36 +275,11 @@ func TestWaitFitsTheHTTPTimeout(t *testing.T) {
 // later, beyond the retries of a single request.
 func TestWaitRidesThroughARestart(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
 	var first sync.Once
-	restarted := make(chan struct{})
-	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := restartingServer(t, func(w http.ResponseWriter, answered func()) {
 		io.WriteString(w, `{"operationId":"x","status":"running"}`)
-		first.Do(func() { close(restarted) })
-	})}
-	go old.Serve(ln)
-	newServer := make(chan *http.Server, 1)
-	go func() {
-		<-restarted
-		time.Sleep(50 * time.Millisecond) // the answer is on its way
-		old.Close()
-		time.Sleep(2 * time.Second) // down, then up again
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Error(err)
-			newServer <- nil
-			return
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, `{"operationId":"x","status":"succeeded"}`)
-		})}
-		newServer <- srv
-		srv.Serve(ln)
-	}()
+		first.Do(answered)
+	}, `{"operationId":"x","status":"succeeded"}`)
 	c, err := New("http://"+addr, WithRetries(1))
 	if err != nil {
 		t.Fatal(err)
@@ -312,9 +287,6 @@ func TestWaitRidesThroughARestart(t *testing.T) {
 	op, err := c.Wait(context.Background(), strings.Repeat("ab", 32), time.Minute)
 	if err != nil || op.Status != "succeeded" {
 		t.Errorf("Wait across a restart = %q, %v; want succeeded", op.Status, err)
-	}
-	if srv := <-newServer; srv != nil {
-		srv.Close()
 	}
 
 	// A server that never answered is not waited for.
@@ -387,36 +359,11 @@ func testWaitBehindAProxy(t *testing.T, status int) {
 // would have after one answer of its own.
 func TestWaitAfterAnAnsweredSubmitRidesThroughARestart(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	submitted := make(chan struct{})
-	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := restartingServer(t, func(w http.ResponseWriter, answered func()) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, retryTestOp)
-		close(submitted)
-	})}
-	go old.Serve(ln)
-	newServer := make(chan *http.Server, 1)
-	go func() {
-		<-submitted
-		time.Sleep(50 * time.Millisecond) // the answer is on its way
-		old.Close()
-		time.Sleep(2 * time.Second) // down, then up again
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Error(err)
-			newServer <- nil
-			return
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, strings.Replace(retryTestOp, "queued", "succeeded", 1))
-		})}
-		newServer <- srv
-		srv.Serve(ln)
-	}()
+		answered()
+	}, strings.Replace(retryTestOp, "queued", "succeeded", 1))
 	c, err := New("http://"+addr, WithRetries(1))
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +378,47 @@ func TestWaitAfterAnAnsweredSubmitRidesThroughARestart(t *testing.T) {
 	if err != nil || op.Status != "succeeded" {
 		t.Errorf("Wait after the submission, across a restart = %q, %v; want succeeded", op.Status, err)
 	}
-	if srv := <-newServer; srv != nil {
-		srv.Close()
+}
+
+// restartingServer serves with answer until answer calls answered (once),
+// then stops listening 50 ms later (the answer on its way), stays down 2 s,
+// and listens again on the same address, answering every request with
+// after. It returns the address; the new server is closed when the test
+// ends.
+func restartingServer(t *testing.T, answer func(w http.ResponseWriter, answered func()), after string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	addr := ln.Addr().String()
+	done := make(chan struct{})
+	old := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer(w, func() { close(done) })
+	})}
+	go old.Serve(ln)
+	newServer := make(chan *http.Server, 1)
+	t.Cleanup(func() {
+		if srv := <-newServer; srv != nil {
+			srv.Close()
+		}
+	})
+	go func() {
+		<-done
+		time.Sleep(50 * time.Millisecond) // the answer is on its way
+		old.Close()
+		time.Sleep(2 * time.Second) // down, then up again
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			newServer <- nil
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, after)
+		})}
+		newServer <- srv
+		srv.Serve(ln)
+	}()
+	return addr
 }
