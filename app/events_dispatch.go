@@ -311,6 +311,10 @@ type deliveryJobResult struct {
 func (d *EventDispatcher) loop(ctx context.Context) {
 	queues := map[string]*deliveryQueue{}
 	known := map[int64]bool{}
+	// rerun holds the replays of deliveries the loop still knows: a worker
+	// recorded one failed and its result has not been taken yet. Each is
+	// added again once that result has been.
+	rerun := map[int64]pendingRef{}
 	var lastSeq int64
 	busy := 0
 	rescan := false // the ledger could not be read: scan again soon
@@ -411,6 +415,12 @@ func (d *EventDispatcher) loop(ctx context.Context) {
 		case <-d.ledger.recorded:
 			rescan = !scan()
 		case p := <-d.replays:
+			if known[p.seq] {
+				// Replayed between the worker's recording it failed and
+				// the loop's taking the result, which would drop it.
+				rerun[p.seq] = p
+				break
+			}
 			add(p)
 		case r := <-d.results:
 			busy--
@@ -430,6 +440,10 @@ func (d *EventDispatcher) loop(ctx context.Context) {
 				if len(q.items) == 0 {
 					delete(queues, r.key)
 				}
+			}
+			if p, ok := rerun[r.seq]; ok {
+				delete(rerun, r.seq)
+				add(p) // a no-op if the result kept it
 			}
 		case <-timer.C:
 			if rescan {
