@@ -51,6 +51,8 @@ type stackOptions struct {
 	handler func(queue.Handler) queue.Handler
 	// maxFailures is the consumer's MaxFailures (0: its default).
 	maxFailures int
+	// ghTimeout, if set, is the bound on each GitHub call.
+	ghTimeout time.Duration
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -77,7 +79,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	sim, gh := newSim(t, o.sim)
-	if o.front != nil || o.transport != nil {
+	if o.front != nil || o.transport != nil || o.ghTimeout != 0 {
 		base := sim.URL()
 		if o.front != nil {
 			base = o.front(t, base)
@@ -86,7 +88,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		if o.transport != nil {
 			rt = o.transport(newTransport())
 		}
-		gh, err = NewGitHubClients(GitHubConfig{BaseURL: base, AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(), Transport: rt})
+		gh, err = NewGitHubClients(GitHubConfig{BaseURL: base, AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(), Transport: rt, Timeout: o.ghTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}

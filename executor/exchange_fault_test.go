@@ -48,6 +48,30 @@ func TestExchangeFailureSpendsNoAttempt(t *testing.T) {
 	}
 }
 
+// An exchange that has not answered when the call's time runs out is a
+// failed exchange too: go-github then returns the context's error alone,
+// but no request of the call reached GitHub, so it spends no attempt and
+// owes no probe.
+func TestExchangeTimeoutSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{exec: Config{BaseBackoff: 10 * time.Millisecond}, ghTimeout: 300 * time.Millisecond})
+	if _, err := s.sim.SetFault(ghsim.Fault{Route: exchangeRoute, Kind: ghsim.FaultLatency, Latency: 2 * time.Second, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := s.submit(t, "slow-exchange", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
+		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
+		t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
+	}
+	if a := got.AttemptLog[0]; !a.NotSent || a.Probe || a.ErrorCategory != CategoryTimeout {
+		t.Errorf("the timed-out exchange is recorded as %+v", a)
+	}
+	if n := len(s.sim.Effects()); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+}
+
 // A refusal that follows a failed exchange is not probed: the exchange
 // sent nothing that could have been applied.
 func TestExchangeFailureOwesNoProbe(t *testing.T) {

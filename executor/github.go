@@ -244,6 +244,7 @@ type jwtClockTransport struct {
 }
 
 func (t jwtClockTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	markSent(req)
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusUnauthorized || !signedWithJWT(req) {
 		// (The installations' transports send their requests, made with
@@ -284,6 +285,26 @@ func (t jwtClockTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 // signedWithJWT reports whether req carries an App JWT (not an
 // installation token).
+// sentKey is the context key of a call's sent mark (see withSentMark).
+type sentKey struct{}
+
+// withSentMark returns ctx carrying a mark that is set once a request made
+// with it (other than an installation token's exchange, which every call
+// of an installation may have to make first) is handed to the network:
+// while it is not set, nothing of the call reached GitHub.
+func withSentMark(ctx context.Context) (context.Context, *atomic.Bool) {
+	sent := new(atomic.Bool)
+	return context.WithValue(ctx, sentKey{}, sent), sent
+}
+
+// markSent sets req's sent mark, if it has one (see withSentMark). Every
+// request of baton's clients passes jwtClockTransport, which calls it.
+func markSent(req *http.Request) {
+	if sent, ok := req.Context().Value(sentKey{}).(*atomic.Bool); ok && !signedWithJWT(req) {
+		sent.Store(true)
+	}
+}
+
 func signedWithJWT(req *http.Request) bool {
 	token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	return ok && strings.Count(token, ".") == 2

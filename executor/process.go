@@ -665,12 +665,21 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	// immediately before the mutating call.
 	// One that must make something durable first (update_ref's ref
 	// before a forced update) saves the record, fenced.
+	ctx, sent := withSentMark(ctx)
 	result, resp, err := act.do(withSave(withGuard(ctx, r.lease.AssertOwned), r.saveFenced), r.client, r.rec, r.target, r.payload)
 	// Classified while the call's context lives: a token exchange refused
 	// with a 403 is told apart by its body (see exchangeMessage), which its
 	// request's cancellation would cut off where it has not all arrived.
 	cl := Classify(err, e.now())
 	cancel()
+	if err != nil && cl.Category == CategoryTimeout && !cl.NotSent && !sent.Load() {
+		// The call's time ran out before any of its requests was sent:
+		// the installation token's exchange had not answered (go-github
+		// then returns the context's error alone, without the exchange's).
+		// Nothing can have been applied.
+		cl.Ambiguous, cl.NotSent = false, true
+		cl.Message = "installation token: " + cl.Message
+	}
 	paced()
 	if err != nil && r.parent.Err() != nil {
 		return r.interrupted("call"), true, false
