@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"go.uber.org/zap"
 )
 
 // DevFile is where --dev writes its DevInfo, in the data directory.
@@ -22,6 +24,7 @@ func (s *Server) startDev(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dev token: %w", err)
 	}
+	earlier := readDevToken(filepath.Join(s.cfg.DataDir, DevFile))
 	// The registry learns installation 1 from the simulator before the
 	// first submission needs it.
 	if err := s.installs.Resync(ctx); err != nil {
@@ -37,6 +40,10 @@ func (s *Server) startDev(ctx context.Context) error {
 	if err := writeSecretFile(filepath.Join(s.cfg.DataDir, DevFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
+	// The admin token an earlier start printed is revoked once this one
+	// is written: every start prints a new token, and the old ones would
+	// otherwise stay valid, one more admin token a start.
+	s.revokeEarlierDevToken(ctx, earlier)
 	return nil
 }
 
@@ -78,4 +85,34 @@ func checkDevDataDir(dir string, dev bool) error {
 		return fmt.Errorf("data directory %s is one of --dev (it has %s): its operations and tokens are the simulator's; give baton a --data of its own, or run it with --dev", dir, DevFile)
 	}
 	return nil
+}
+
+// readDevToken returns the token an earlier --dev start wrote to path,
+// or "".
+func readDevToken(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var d DevInfo
+	if json.Unmarshal(b, &d) != nil {
+		return ""
+	}
+	return d.Token
+}
+
+// revokeEarlierDevToken revokes token, the admin token of the "dev" actor
+// an earlier --dev start printed, if it is still valid.
+func (s *Server) revokeEarlierDevToken(ctx context.Context, token string) {
+	if token == "" || token == s.dev.Token {
+		return
+	}
+	p, err := s.tokens.Authenticate(ctx, token)
+	if err != nil || p.Actor != "dev" || !p.Admin {
+		return // revoked already, or not --dev's
+	}
+	if _, err := s.tokens.RevokeToken(ctx, p.TokenID); err != nil {
+		s.log.Warn("the admin token of an earlier --dev start was not revoked",
+			zap.String("event", "dev_token_revoke_failed"), zap.Int64("tokenId", p.TokenID), zap.Error(err))
+	}
 }

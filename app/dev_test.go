@@ -116,3 +116,64 @@ func TestServerRefusesADevDirectoryWithoutItsDatabase(t *testing.T) {
 		t.Errorf("--dev again on its directory: %v", err)
 	}
 }
+
+// Each --dev start prints a new admin token and revokes the one the start
+// before printed (the one in dev.json), so that restarts do not pile up
+// admin tokens that stay valid. Other tokens of the directory stay.
+func TestDevStartRevokesTheEarlierDevToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	start := func() *Server {
+		srv, err := NewServer(Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	stop := func(srv *Server) {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := srv.Stop(sctx); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	srv := start()
+	first := srv.Dev().Token
+	other, _, err := srv.tokens.CreateToken(ctx, TokenSpec{Actor: "dev", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(srv)
+
+	srv = start()
+	defer stop(srv)
+	second := srv.Dev().Token
+	if second == "" || second == first || readDevToken(filepath.Join(dir, DevFile)) != second {
+		t.Fatalf("second start's token %q, dev.json's %q, first %q", second, readDevToken(filepath.Join(dir, DevFile)), first)
+	}
+	if _, err := srv.tokens.Authenticate(ctx, first); err == nil {
+		t.Error("the first start's dev token is still valid after the second start")
+	}
+	for name, tok := range map[string]string{"the second start's": second, "one made by hand": other} {
+		if _, err := srv.tokens.Authenticate(ctx, tok); err != nil {
+			t.Errorf("%s token refused: %v", name, err)
+		}
+	}
+	tokens, err := srv.tokens.ListTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := 0
+	for _, tk := range tokens {
+		if !tk.Revoked() {
+			valid++
+		}
+	}
+	if valid != 2 {
+		t.Errorf("%d valid tokens, want 2", valid)
+	}
+}

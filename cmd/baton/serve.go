@@ -76,8 +76,9 @@ does not (operations wait in the queue).
 
 --dev runs a GitHub simulator in this process instead of GitHub, seeded with
 installation 1 and repository octo/demo (pull requests #1–#3, issues
-#10–#12, branch main), creates an admin token, writes <data>/dev.json and
-prints commands to try. Nothing leaves the loopback interface: with --dev,
+#10–#12, branch main), creates an admin token (revoking the one the
+previous --dev start printed), writes <data>/dev.json and prints commands
+to try. Nothing leaves the loopback interface: with --dev,
 --listen must be a loopback address (127.0.0.1, ::1 or localhost). A data
 directory is --dev's (it has dev.json) or GitHub's, never both: baton
 refuses to start on the other kind, whose operations and tokens are not
