@@ -174,7 +174,10 @@ func httpClient(rt http.RoundTripper) *http.Client {
 func (g *GitHubClients) appsTransport() *ghinstallation.AppsTransport {
 	signer := appJWTSigner{Signer: ghinstallation.NewRSASigner(jwt.SigningMethodRS256, g.key), skew: &g.skew}
 	// It cannot fail: a signer is given.
-	t, _ := ghinstallation.NewAppsTransportWithOptions(jwtClockTransport{next: g.transport, signer: signer, appID: g.appID}, g.appID,
+	// Every request of the App and of its installations (whose transports
+	// are made from this one) goes through sentMarkTransport, then
+	// jwtClockTransport.
+	t, _ := ghinstallation.NewAppsTransportWithOptions(jwtClockTransport{next: sentMarkTransport{g.transport}, signer: signer, appID: g.appID}, g.appID,
 		ghinstallation.WithSigner(signer))
 	t.BaseURL = strings.TrimRight(g.base.String(), "/")
 	return t
@@ -244,7 +247,6 @@ type jwtClockTransport struct {
 }
 
 func (t jwtClockTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	markSent(req)
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusUnauthorized || !signedWithJWT(req) {
 		// (The installations' transports send their requests, made with
@@ -283,8 +285,6 @@ func (t jwtClockTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	return t.next.RoundTrip(again)
 }
 
-// signedWithJWT reports whether req carries an App JWT (not an
-// installation token).
 // sentKey is the context key of a call's sent mark (see withSentMark).
 type sentKey struct{}
 
@@ -297,14 +297,19 @@ func withSentMark(ctx context.Context) (context.Context, *atomic.Bool) {
 	return context.WithValue(ctx, sentKey{}, sent), sent
 }
 
-// markSent sets req's sent mark, if it has one (see withSentMark). Every
-// request of baton's clients passes jwtClockTransport, which calls it.
-func markSent(req *http.Request) {
+// sentMarkTransport sets the sent mark of each request it sends, if the
+// request has one (see withSentMark) and is not made with the App's JWT.
+type sentMarkTransport struct{ next http.RoundTripper }
+
+func (t sentMarkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if sent, ok := req.Context().Value(sentKey{}).(*atomic.Bool); ok && !signedWithJWT(req) {
 		sent.Store(true)
 	}
+	return t.next.RoundTrip(req)
 }
 
+// signedWithJWT reports whether req carries an App JWT (not an
+// installation token).
 func signedWithJWT(req *http.Request) bool {
 	token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	return ok && strings.Count(token, ".") == 2
