@@ -734,7 +734,13 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		}
 		return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 	}
-	if cl.NotSent && !cl.PauseInstallation {
+	long := cl.Wait > e.cfg.MaxInlineWait
+	// The backoff counts the attempts spent, or for a call never sent
+	// for want of a token, the calls in a row that failed so.
+	tries := r.rec.Attempts
+	tokenless := cl.NotSent && !cl.PauseInstallation
+	switch {
+	case tokenless:
 		// The installation token could not be had (its exchange answered
 		// 5xx, or not at all): the call was never sent. It spends no
 		// attempt and owes no probe, so that an operation of one attempt
@@ -743,26 +749,9 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		// counted on the record so that it holds across runs and
 		// restarts: after maxNotSent in a row the operation fails.
 		r.rec.Attempts--
-		n := notSentInARow(r.rec)
-		if n >= maxNotSent {
+		if tries = notSentInARow(r.rec); tries >= maxNotSent {
 			return r.finish(schema.StatusFailed, nil, cl.Category, cl.Message), true, false
 		}
-		if cl.Wait > e.cfg.MaxInlineWait {
-			last.WaitMillis = cl.Wait.Milliseconds()
-			return r.requeue(cl.Wait), true, false
-		}
-		delay := e.backoff(n, cl.Wait)
-		last.WaitMillis = delay.Milliseconds()
-		if res, stop := r.saveBetween(delay); stop {
-			return res, true, false
-		}
-		if res, stop := r.wait(delay, false); stop {
-			return res, true, false
-		}
-		return Result{}, false, false
-	}
-	long := cl.Wait > e.cfg.MaxInlineWait
-	switch {
 	case cl.NotSent || (cl.PauseInstallation && long):
 		// A request refused without being applied — never sent, or
 		// stopped by a rate limit (the refusals that pause the
@@ -790,12 +779,12 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 		last.WaitMillis = cl.Wait.Milliseconds()
 		return r.requeue(cl.Wait), true, false
 	}
-	delay := e.backoff(r.rec.Attempts, cl.Wait)
+	delay := e.backoff(tries, cl.Wait)
 	last.WaitMillis = delay.Milliseconds()
 	if res, stop := r.saveBetween(delay); stop {
 		return res, true, false
 	}
-	if res, stop := r.wait(delay, true); stop {
+	if res, stop := r.wait(delay, !tokenless); stop {
 		return res, true, false
 	}
 	return Result{}, false, cl.Ambiguous
