@@ -88,7 +88,7 @@ func boundWaits(h http.Header, now time.Time) {
 	}
 	if v := h.Get("X-Ratelimit-Reset"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if (err == nil && n > 0) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+		if (err == nil || errors.Is(err, strconv.ErrRange)) && n > 0 {
 			// Seconds from GitHub's now: compared in seconds, so that a
 			// huge value does not overflow.
 			secs := min(max(n-github.Unix(), -maxSecs), maxSecs)
