@@ -23,21 +23,7 @@ func TestServerDevAndGitHubDataDirectoriesApart(t *testing.T) {
 	sim := startDemoSim(t, ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
 	gh := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
 		WebhookSecret: sim.WebhookSecret(), Listen: "127.0.0.1:0"}
-	run := func(cfg Config) error {
-		srv, err := NewServer(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
-		return nil
-	}
+	run := func(cfg Config) error { return startAndStop(t, cfg) }
 
 	serverDir := t.TempDir()
 	cfg := gh
@@ -80,21 +66,7 @@ func TestServerRefusesADevDirectoryWithoutItsDatabase(t *testing.T) {
 	dev := Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"}
 	gh := Config{GitHubURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM(),
 		WebhookSecret: sim.WebhookSecret(), Listen: "127.0.0.1:0", DataDir: dir}
-	run := func(cfg Config) error {
-		srv, err := NewServer(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
-		return nil
-	}
+	run := func(cfg Config) error { return startAndStop(t, cfg) }
 	if err := run(dev); err != nil {
 		t.Fatal(err)
 	}
@@ -125,21 +97,11 @@ func TestDevStartRevokesTheEarlierDevToken(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	start := func() *Server {
-		srv, err := NewServer(Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"})
+		srv, err := startOn(t, Config{Dev: true, DataDir: dir, Listen: "127.0.0.1:0"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
 		return srv
-	}
-	stop := func(srv *Server) {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if err := srv.Stop(sctx); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
 	}
 	srv := start()
 	first := srv.Dev().Token
@@ -147,10 +109,10 @@ func TestDevStartRevokesTheEarlierDevToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop(srv)
+	stopServer(t, srv)
 
 	srv = start()
-	defer stop(srv)
+	defer stopServer(t, srv)
 	second := srv.Dev().Token
 	if second == "" || second == first || readDevToken(filepath.Join(dir, DevFile)) != second {
 		t.Fatalf("second start's token %q, dev.json's %q, first %q", second, readDevToken(filepath.Join(dir, DevFile)), first)
@@ -176,4 +138,36 @@ func TestDevStartRevokesTheEarlierDevToken(t *testing.T) {
 	if valid != 2 {
 		t.Errorf("%d valid tokens, want 2", valid)
 	}
+}
+
+// startOn starts a server on cfg; the error is the start's.
+func startOn(t *testing.T, cfg Config) (*Server, error) {
+	t.Helper()
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, srv.Start(context.Background())
+}
+
+// stopServer stops a started server, within 20 s.
+func stopServer(t *testing.T, srv *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// startAndStop starts a server on cfg and stops it again: the error is
+// the start's.
+func startAndStop(t *testing.T, cfg Config) error {
+	t.Helper()
+	srv, err := startOn(t, cfg)
+	if err != nil {
+		return err
+	}
+	stopServer(t, srv)
+	return nil
 }
