@@ -512,22 +512,12 @@ func TestAPIDeadLetters(t *testing.T) {
 		waitDone <- waited{op, err, time.Since(start)}
 	}()
 	time.Sleep(200 * time.Millisecond) // the wait is under way, finding no dead letter
-	c, err := queue.NewConsumer(env.broker, queue.ConsumerConfig{
-		Handler: func(ctx context.Context, id string) queue.Result {
-			return queue.Failed(errors.New("store unavailable"))
-		},
-		MaxFailures: 1, FetchWait: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := env.failingConsumer()
 	admin := env.client(env.admin)
 	var list client.DeadLetterList
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		var err error
 		list, err = admin.DeadLetters(ctx, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -638,13 +628,10 @@ func TestAPIReplayOfDeletedOperation(t *testing.T) {
 	}
 }
 
-// deadLetterAll fails every operation's message from now on, so that it
-// is dead-lettered at its first failure, and returns the dead letter of
-// the operation id once its status view shows it.
-func (e *apiEnv) deadLetterAll(id string) *schema.DeadLetterInfo {
-	t := e.t
-	t.Helper()
-	ctx := context.Background()
+// failingConsumer starts a consumer whose handler fails every message,
+// dead-lettering it at its first failure. The caller stops it.
+func (e *apiEnv) failingConsumer() *queue.Consumer {
+	e.t.Helper()
 	c, err := queue.NewConsumer(e.broker, queue.ConsumerConfig{
 		Handler: func(ctx context.Context, id string) queue.Result {
 			return queue.Failed(errors.New("store unavailable"))
@@ -652,11 +639,22 @@ func (e *apiEnv) deadLetterAll(id string) *schema.DeadLetterInfo {
 		MaxFailures: 1, FetchWait: 100 * time.Millisecond,
 	})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
+	if err := c.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
 	}
+	return c
+}
+
+// deadLetterAll fails every operation's message from now on, so that it
+// is dead-lettered at its first failure, and returns the dead letter of
+// the operation id once its status view shows it.
+func (e *apiEnv) deadLetterAll(id string) *schema.DeadLetterInfo {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	c := e.failingConsumer()
 	t.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
