@@ -247,12 +247,7 @@ func TestConcurrentReplaysReplayOnce(t *testing.T) {
 	}
 	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailures: 1})
 	dispatch(t, b, "poison")
-	var dls []DeadLetter
-	eventually(t, 10*time.Second, "a dead letter", func() bool {
-		var err error
-		dls, err = b.DeadLetters(ctx, 0, 0)
-		return err == nil && len(dls) == 1
-	})
+	dls := oneDeadLetter(t, b)
 	healed.Store(true)
 	const callers = 8
 	var (
@@ -287,4 +282,17 @@ func TestConcurrentReplaysReplayOnce(t *testing.T) {
 	if n := rec.count("poison"); n != 2 {
 		t.Errorf("handler called %d times for poison, want 2 (one failure, one replay)", n)
 	}
+}
+
+// oneDeadLetter waits for the broker's dead-letter stream to hold exactly
+// one dead letter, and returns it (as the list).
+func oneDeadLetter(t *testing.T, b *Broker) []DeadLetter {
+	t.Helper()
+	var dls []DeadLetter
+	eventually(t, 10*time.Second, "a dead letter", func() bool {
+		var err error
+		dls, err = b.DeadLetters(context.Background(), 0, 0)
+		return err == nil && len(dls) == 1
+	})
+	return dls
 }

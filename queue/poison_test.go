@@ -35,18 +35,12 @@ func TestMessageThatIsNotAnOperationIDIsDropped(t *testing.T) {
 // MaxFailures the dead letter tells the operator the handler panicked.
 func TestHandlerPanicIsAFailureWithItsReason(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := startBroker(t, "")
 	rec := newRecorder()
 	rec.result = func(string, int) Result { panic("nil map") }
 	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailures: 1})
 	dispatch(t, b, "poison")
-	var dls []DeadLetter
-	eventually(t, 10*time.Second, "a dead letter", func() bool {
-		var err error
-		dls, err = b.DeadLetters(ctx, 0, 0)
-		return err == nil && len(dls) == 1
-	})
+	dls := oneDeadLetter(t, b)
 	if dl := dls[0]; dl.OperationID != "poison" || !strings.Contains(dl.Reason, "handler panicked: nil map") {
 		t.Errorf("dead letter %+v, want the panic as its reason", dl)
 	}
