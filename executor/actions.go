@@ -135,6 +135,23 @@ func withApp(ctx context.Context, identity func(context.Context) (appIdentity, e
 	return context.WithValue(ctx, appKey{}, identity)
 }
 
+// clockKey carries, in a probe's context, how far GitHub's clock is
+// ahead of this machine's (negative: behind), as baton has learnt it.
+type clockKey struct{}
+
+func withGitHubClock(ctx context.Context, skew func() time.Duration) context.Context {
+	return context.WithValue(ctx, clockKey{}, skew)
+}
+
+// onGitHubClock returns t, a time of this machine's clock, on GitHub's
+// clock (t itself when ctx carries no clock, or GitHub's agrees).
+func onGitHubClock(ctx context.Context, t time.Time) time.Time {
+	if skew, ok := ctx.Value(clockKey{}).(func() time.Duration); ok {
+		return t.Add(skew())
+	}
+	return t
+}
+
 // madeByApp reports whether the App posted cm: its author is a bot
 // account, the App's own ("<slug>[bot]"). Without an identity in ctx (an
 // action called outside Process) any bot account passes.
@@ -309,9 +326,12 @@ func endsWithMarker(body, marker string) bool {
 
 func (commentAction) probe(ctx context.Context, c *github.Client, op *schema.Record, t schema.Target, _ any) (bool, any, *github.Response, error) {
 	marker := CommentMarker(op.OperationID)
-	// Comments created before the operation cannot carry its marker; the
-	// margin covers clock skew between baton and GitHub.
-	since := op.CreatedAt.Add(-10 * time.Minute)
+	// Comments created before the operation cannot carry its marker.
+	// GitHub dates its comments, and selects them by since, on its own
+	// clock: the operation's creation is taken on it (baton runs on with
+	// this machine's clock far from GitHub's, see jwtClockTransport), and
+	// the margin covers what is left of the difference.
+	since := onGitHubClock(ctx, op.CreatedAt).Add(-10 * time.Minute)
 	opts := &github.IssueListCommentsOptions{Since: &since, ListOptions: github.ListOptions{PerPage: 100}}
 	var last *github.Response
 	for {

@@ -195,6 +195,10 @@ const (
 	JWTLifetime = 10 * time.Minute
 )
 
+// clockSkew is GitHub's clock minus this machine's, as learnt so far
+// (zero until a refused JWT has shown a difference).
+func (g *GitHubClients) clockSkew() time.Duration { return time.Duration(g.skew.Load()) }
+
 // appJWTSigner signs the App's JWTs with JWTBackdate and JWTLifetime
 // instead of ghinstallation's own (iat 30 s in the past, exp 2 minutes
 // after): with those, a clock more than 30 s ahead of GitHub's issues

@@ -564,7 +564,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	}
 	start := r.e.now()
 	ctx, cancel := r.e.callCtx(r.ctx, r.parent)
-	isDone, result, resp, err := act.probe(withApp(ctx, r.e.gh.identity), r.client, r.rec, r.target, r.payload)
+	isDone, result, resp, err := act.probe(withGitHubClock(withApp(ctx, r.e.gh.identity), r.e.gh.clockSkew), r.client, r.rec, r.target, r.payload)
 	cl := Classify(err, r.e.now()) // before cancel: see attempt
 	cancel()
 	if err != nil && r.parent.Err() != nil {
