@@ -184,14 +184,15 @@ func validRefName(ref string) error {
 	}
 	bad := rest[0] == '/' || rest[len(rest)-1] == '/' || rest[len(rest)-1] == '.' ||
 		strings.Contains(rest, "..") || strings.Contains(rest, "//") ||
-		strings.Contains(rest, "@{") || strings.HasSuffix(rest, ".lock") || rest == "@"
+		strings.Contains(rest, "@{") || rest == "@"
 	for _, c := range rest {
 		if c < 0x20 || c == 0x7f || strings.ContainsRune(" ~^:?*[\\", c) {
 			bad = true
 		}
 	}
 	for _, part := range strings.Split(rest, "/") {
-		if strings.HasPrefix(part, ".") {
+		// No part begins with a dot or ends with ".lock".
+		if strings.HasPrefix(part, ".") || strings.HasSuffix(part, ".lock") {
 			bad = true
 		}
 	}

@@ -264,6 +264,8 @@ func TestParseResourceKey(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"", "issue", ":x", "issue:", "widget:a/b", "issue:a/b#x", "commit:a/b@ABC", "ref:a/b:heads/", "ref:a/b:heads/x.lock",
+		// git refuses ".lock" at the end of any part, not only the last.
+		"ref:a/b:heads/x.lock/y", "ref:a/b:tags/v1.lock/rc",
 		// Ref names go into URL paths (segment by segment, escaped): no
 		// dot segments, no '?' or spaces.
 		"ref:a/b:heads/..", "ref:a/b:heads/../../issues", "ref:a/b:heads/./x", "ref:a/b:heads/x/.", "ref:a/b:heads/a?b", "ref:a/b:heads/a b", "ref:a/b:heads/a\\b", "ref:../b:heads/x", "ref:a/..:heads/x"} {
