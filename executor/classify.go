@@ -253,7 +253,7 @@ func Classify(err error, now time.Time) Classification {
 
 func classifyResponse(ere *github.ErrorResponse, now time.Time) Classification {
 	r := ere.Response
-	c := Classification{Status: r.StatusCode, RequestID: requestID(r), Message: shortMessage(r.StatusCode, ere.Message)}
+	c := Classification{Status: r.StatusCode, RequestID: requestID(r), Message: shortMessage(r.StatusCode, withDetails(ere))}
 	switch s := r.StatusCode; {
 	case s == http.StatusTooManyRequests:
 		// go-github does not turn a 429 into a rate-limit error.
@@ -457,15 +457,37 @@ func requestID(r *http.Response) string {
 	return r.Header.Get("X-Github-Request-Id")
 }
 
+// shortMessage is "<status> <text>: msg", with msg cut (at a character)
+// to 200 bytes.
 func shortMessage(status int, msg string) string {
 	m := strconv.Itoa(status) + " " + http.StatusText(status)
 	if msg != "" {
 		if len(msg) > 200 {
-			msg = msg[:200]
+			msg = strings.ToValidUTF8(msg[:200], "")
 		}
 		m += ": " + msg
 	}
 	return m
+}
+
+// withDetails is an error answer's message followed by what its errors
+// say: GitHub's 422 "Validation Failed" names what failed only there.
+// Each entry is told by its message, or else by its field and code
+// ("name invalid"); the value an entry may carry is left out.
+func withDetails(ere *github.ErrorResponse) string {
+	var parts []string
+	for _, e := range ere.Errors {
+		switch {
+		case e.Message != "":
+			parts = append(parts, e.Message)
+		case e.Field != "" || e.Code != "":
+			parts = append(parts, strings.TrimSpace(e.Field+" "+e.Code))
+		}
+	}
+	if len(parts) == 0 {
+		return ere.Message
+	}
+	return strings.TrimSpace(ere.Message + " (" + strings.Join(parts, "; ") + ")")
 }
 
 func isTimeout(err error) bool {
