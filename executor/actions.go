@@ -278,11 +278,21 @@ func (updateBranchAction) probe(ctx context.Context, c *github.Client, _ *schema
 	if err != nil {
 		return false, nil, resp, err
 	}
-	// The update replaces the head with a merge of the base: a head other
-	// than the expected one means an update happened (a later push by
-	// someone else would look the same; re-sending would fail the
-	// compare-and-swap anyway).
-	if h := pr.GetHead().GetSHA(); h != "" && h != pl.ExpectedHeadSHA {
+	// The update replaces the head with a merge of the base into it: a
+	// commit whose first parent is the expected head, and the second the
+	// base's. Any other head is someone else's push (the branch was not
+	// updated): the operation goes on, and re-sending fails the
+	// compare-and-swap, a conflict. (A push on top of the update, within
+	// the moments before the probe, is taken for one too.)
+	h := pr.GetHead().GetSHA()
+	if h == "" || h == pl.ExpectedHeadSHA {
+		return false, nil, resp, nil
+	}
+	cm, resp, err := c.Git.GetCommit(ctx, t.Owner, t.Repo, h)
+	if err != nil {
+		return false, nil, resp, err
+	}
+	if ps := cm.Parents; len(ps) == 2 && ps[0].GetSHA() == pl.ExpectedHeadSHA {
 		return true, updateBranchResult{Accepted: true, HeadSHA: h, Probed: true}, resp, nil
 	}
 	return false, nil, resp, nil

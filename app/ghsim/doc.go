@@ -32,7 +32,8 @@
 // whatever its case, but removing one needs its exact name, else 404
 // "Label does not exist", as on GitHub); git refs
 // (get, create, update with fast-forward checks on a commit graph — 422
-// "Update is not a fast forward" —, delete); a branch (get; a renamed
+// "Update is not a fast forward" —, delete); git commits (get, with
+// their parents); a branch (get; a renamed
 // branch's old name answers 301 to its new one); commit statuses (create,
 // combined, list; a context is case-insensitive, as GitHub's), check runs and suites, branch protection's required
 // status checks, collaborator permissions; the App's webhook deliveries log

@@ -212,6 +212,7 @@ func (s *Sim) moveRefLocked(r *repo, ref, sha string, who *user) {
 func (s *Sim) refRoutes() []*route {
 	return []*route{
 		{method: "GET", pattern: "/repos/{owner}/{repo}/git/ref/{ref...}", auth: authInstallation, perms: []string{"contents:read"}, handle: s.getRef},
+		{method: "GET", pattern: "/repos/{owner}/{repo}/git/commits/{sha}", auth: authInstallation, perms: []string{"contents:read"}, handle: s.getGitCommit},
 		{method: "PATCH", pattern: "/repos/{owner}/{repo}/git/refs/{ref...}", auth: authInstallation, creates: true, perms: []string{"contents:write"}, handle: s.updateRef},
 		{method: "POST", pattern: "/repos/{owner}/{repo}/git/refs", auth: authInstallation, creates: true, perms: []string{"contents:write"}, handle: s.createRef},
 		{method: "DELETE", pattern: "/repos/{owner}/{repo}/git/refs/{ref...}", auth: authInstallation, creates: true, perms: []string{"contents:write"}, handle: s.deleteRef},
@@ -236,6 +237,33 @@ func (s *Sim) getRef(c *call) response {
 		return notFound()
 	}
 	return response{status: http.StatusOK, body: s.renderRef(r, ref, sha)}
+}
+
+// getGitCommit answers the git commits API: a commit by its full SHA,
+// with its parents.
+func (s *Sim) getGitCommit(c *call) response {
+	sha := c.r.PathValue("sha")
+	r := c.repo
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cm, ok := r.commits[sha]
+	if !ok {
+		return notFound()
+	}
+	api := s.url + "/repos/" + r.fullName
+	html := s.url + "/" + r.fullName
+	parents := make([]any, 0, len(cm.parents))
+	for _, p := range cm.parents {
+		parents = append(parents, map[string]any{"sha": p, "url": api + "/git/commits/" + p, "html_url": html + "/commit/" + p})
+	}
+	who := map[string]any{"name": "Monalisa Octocat", "email": "monalisa@example.com", "date": formatTime(cm.at)}
+	return response{status: http.StatusOK, body: map[string]any{
+		"sha": cm.sha, "node_id": nodeID("C_", int64(cm.seq)+r.id), "url": api + "/git/commits/" + cm.sha,
+		"html_url": html + "/commit/" + cm.sha, "author": who, "committer": who, "message": cm.message,
+		"tree":         map[string]any{"sha": fakeSHA(cm.sha, "tree"), "url": api + "/git/trees/" + fakeSHA(cm.sha, "tree")},
+		"parents":      parents,
+		"verification": map[string]any{"verified": false, "reason": "unsigned", "signature": nil, "payload": nil, "verified_at": nil},
+	}}
 }
 
 func (s *Sim) updateRef(c *call) response {

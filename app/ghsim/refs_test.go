@@ -30,6 +30,12 @@ func TestRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got, _, err := cl.Git.GetCommit(c, "octo", "demo", child)
+	if err != nil || got.GetSHA() != child || len(got.Parents) != 1 || got.Parents[0].GetSHA() != main {
+		t.Fatalf("GET git commit = %+v, %v", got, err)
+	}
+	_, _, err = cl.Git.GetCommit(c, "octo", "demo", "0123456789012345678901234567890123456789")
+	wantStatus(t, err, http.StatusNotFound)
 	update := func(sha string, force bool) (*github.Reference, error) {
 		r, _, err := cl.Git.UpdateRef(c, "octo", "demo", &github.Reference{Ref: ptr("heads/main"), Object: &github.GitObject{SHA: ptr(sha)}}, force)
 		return r, err

@@ -50,6 +50,7 @@ var operations = []string{
 	"POST /repos/{owner}/{repo}/issues/{issue_number}/labels",
 	"DELETE /repos/{owner}/{repo}/issues/{issue_number}/labels/{name}",
 	"GET /repos/{owner}/{repo}/git/ref/{ref}",
+	"GET /repos/{owner}/{repo}/git/commits/{commit_sha}",
 	"PATCH /repos/{owner}/{repo}/git/refs/{ref}",
 	"DELETE /repos/{owner}/{repo}/git/refs/{ref}",
 	"POST /repos/{owner}/{repo}/git/refs",
