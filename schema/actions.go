@@ -141,6 +141,11 @@ func validLabel(l, field string) error {
 	if strings.TrimSpace(l) == "" || utf8.RuneCountInString(l) > 50 {
 		return Invalidf("%s: a label name has 1 to 50 characters", field)
 	}
+	if strings.TrimSpace(l) != l {
+		// GitHub refuses such a name (422, name invalid) where the label
+		// exists without the spaces, and removes only by exact name.
+		return Invalidf("%s: a label name does not begin or end with a space", field)
+	}
 	for _, r := range l {
 		if r < 0x20 || r == 0x7f {
 			return Invalidf("%s: a label name has no control characters", field)

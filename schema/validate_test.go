@@ -104,6 +104,14 @@ func TestSubmissionValidate(t *testing.T) {
 		{"label too long", func(s *Submission) {
 			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"`+strings.Repeat("l", 51)+`"}`)
 		}, CodeInvalidRequest, "label"},
+		// GitHub refuses a name with spaces around it (422 "Validation
+		// Failed", name invalid) when the label exists without them.
+		{"label with a leading space", func(s *Submission) {
+			s.Action, s.Payload = ActionAddLabels, json.RawMessage(`{"labels":["ok"," bug"]}`)
+		}, CodeInvalidRequest, "labels"},
+		{"label with a trailing space", func(s *Submission) {
+			s.Action, s.Payload = ActionRemoveLabel, json.RawMessage(`{"label":"bug "}`)
+		}, CodeInvalidRequest, "label"},
 		// remove_label puts the name in the URL path (slashes as they
 		// are): a "." or ".." part would name another resource.
 		{"label dot-dot", func(s *Submission) {
