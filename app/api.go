@@ -18,7 +18,9 @@ package app
 // operation is 404 not_found, exactly like a missing one) and lists only
 // them; an admin token sees every actor's. A token has at most
 // APIConfig.MaxWaitsPerToken ?wait= requests waiting at once; the others
-// are answered at once. A token acts only on
+// are answered at once. A waiting request checks its token again every
+// second, and ends with 401 unauthorized once the token is revoked. A
+// token acts only on
 // repositories of the installations it is bound to (admin tokens: all):
 // an operation or a lease elsewhere is 403 forbidden. Dead letters are for
 // admin tokens only (403 otherwise): they name any actor's operations.

@@ -136,7 +136,7 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal)
 	if wait > 0 && !rec.Terminal() && dl == nil && a.startWait(p) {
 		defer a.endWait(p)
 		var done bool
-		rec, dl, done, err = a.waitTerminal(r.Context(), p, rec, wait)
+		rec, dl, done, err = a.waitTerminal(r, p, rec, wait)
 		if err != nil {
 			return err
 		}
@@ -207,8 +207,11 @@ func (a *API) endWait(p *Principal) {
 // waitTerminal reads the operation again every poll interval until it is
 // terminal, it is found in the dead-letter stream (it would wait there for
 // an operator, past any wait) or wait has passed. gone is true when the
-// request's context ended first.
-func (a *API) waitTerminal(ctx context.Context, p *Principal, rec schema.Record, wait time.Duration) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
+// request's context ended first. The request's token is checked again as
+// often as the dead-letter stream is looked at: a token revoked while it
+// waits gets its unauthorized error, not the operation, a minute later.
+func (a *API) waitTerminal(r *http.Request, p *Principal, rec schema.Record, wait time.Duration) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
+	ctx := r.Context()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(a.pollEvery)
@@ -233,6 +236,9 @@ func (a *API) waitTerminal(ctx context.Context, p *Principal, rec schema.Record,
 			rec = next
 			if !rec.Terminal() && time.Since(lastLook) >= deadLetterCheckEvery {
 				lastLook = time.Now()
+				if _, err := a.authenticate(r); schema.ErrorCode(err) == schema.CodeUnauthorized {
+					return rec, nil, false, err
+				}
 				if dl := a.deadLetterOf(ctx, p, rec.OperationID); dl != nil {
 					return rec, dl, false, nil
 				}

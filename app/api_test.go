@@ -1024,3 +1024,31 @@ func TestOpenAPIRefusesQuery(t *testing.T) {
 		t.Errorf("GET /v1/openapi.json: %d", r.status)
 	}
 }
+
+// A token revoked while one of its ?wait= requests waits is refused there
+// too, within about a second: the wait does not go on reading the
+// operation for the revoked token and hand it over when it ends.
+func TestAPIWaitEndsWhenTokenRevoked(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	tok, info, err := env.tokens.CreateToken(context.Background(), TokenSpec{Actor: "erin", Installations: []int64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := env.submit(tok, "revoked-wait", 10)
+	done := make(chan apiResponse, 1)
+	go func() { done <- env.do("GET", "/v1/operations/"+v.OperationID+"?wait=20s", tok, nil) }()
+	time.Sleep(200 * time.Millisecond) // the wait has begun
+	if _, err := env.tokens.RevokeToken(context.Background(), info.ID); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case r := <-done:
+		if r.status != http.StatusUnauthorized || r.errorCode() != "unauthorized" || time.Since(revoked) > 5*time.Second {
+			t.Errorf("wait of a token revoked meanwhile: %d after %s: %s", r.status, time.Since(revoked).Round(time.Millisecond), r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+}
