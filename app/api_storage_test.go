@@ -51,4 +51,9 @@ func TestAPIStoreFullIsUnavailable(t *testing.T) {
 		got.Error.Code != "internal" || !strings.Contains(got.Error.Message, "cannot store") || strings.Contains(string(b), "sqlite") {
 		t.Errorf("submission into a full store: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
+	// The answer is one the description allows: a client generated from
+	// it knows the 503 and its Retry-After.
+	if err := loadAPISpec(t).check(req, body, resp.StatusCode, resp.Header, b); err != nil {
+		t.Errorf("OpenAPI: %v", err)
+	}
 }
