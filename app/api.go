@@ -12,7 +12,8 @@ package app
 // # Access
 //
 // Every /v1 route but /v1/openapi.json needs an API token
-// (Authorization: Bearer baton_…; see tokens.go). The actor of a request is
+// (Authorization: Bearer baton_…, in one Authorization header; see
+// tokens.go). The actor of a request is
 // its token's actor, never a field of the request. A non-admin token sees,
 // waits on and cancels only its actor's operations (another actor's
 // operation is 404 not_found, exactly like a missing one) and lists only
@@ -435,8 +436,14 @@ func apiByteSize(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// authenticate checks the request's bearer token.
+// authenticate checks the request's bearer token. A request with more
+// than one Authorization header is refused, whatever they hold: which of
+// them counts would otherwise be baton's choice, and a proxy in front of
+// it (checking or logging the token) may have made the other.
 func (a *API) authenticate(r *http.Request) (*Principal, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		return nil, errManyAPITokens
+	}
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -454,6 +461,8 @@ func (a *API) authenticate(r *http.Request) (*Principal, error) {
 }
 
 var errNoAPIToken = &schema.Error{Code: schema.CodeUnauthorized, Message: "an API token is required: Authorization: Bearer <token>"}
+
+var errManyAPITokens = &schema.Error{Code: schema.CodeUnauthorized, Message: "give one Authorization header, not several"}
 
 // recoverer turns a panic into a 500 internal error, logged once. A panic
 // is a bug: bad input must never get here.

@@ -742,17 +742,22 @@ func TestAPIAuthentication(t *testing.T) {
 	if _, err := env.tokens.RevokeToken(ctx, erin.ID); err != nil {
 		t.Fatal(err)
 	}
-	for name, h := range map[string]string{
-		"none":      "",
-		"revoked":   "Bearer " + tok,
-		"unknown":   "Bearer " + TokenPrefix + strings.Repeat("A", 43),
-		"malformed": "Bearer not-a-token",
-		"basic":     "Basic YWxpY2U6c2VjcmV0",
-		"empty":     "Bearer ",
+	for name, hs := range map[string][]string{
+		"none":      nil,
+		"revoked":   {"Bearer " + tok},
+		"unknown":   {"Bearer " + TokenPrefix + strings.Repeat("A", 43)},
+		"malformed": {"Bearer not-a-token"},
+		"basic":     {"Basic YWxpY2U6c2VjcmV0"},
+		"empty":     {"Bearer "},
+		// Two Authorization headers are one too many, whichever is
+		// valid: a proxy in front of baton may read the other one.
+		"a valid one, then another": {"Bearer " + env.alice, "Bearer " + tok},
+		"another, then a valid one": {"Bearer " + tok, "Bearer " + env.alice},
+		"a valid one twice":         {"Bearer " + env.alice, "Bearer " + env.alice},
 	} {
 		req, _ := http.NewRequest("GET", env.URL+"/v1/operations", nil)
-		if h != "" {
-			req.Header.Set("Authorization", h)
+		for _, h := range hs {
+			req.Header.Add("Authorization", h)
 		}
 		resp, err := env.http.Do(req)
 		if err != nil {
