@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,34 @@ func TestNewServerChecksMergeQueueSettings(t *testing.T) {
 	}
 	if _, err := NewServer(Config{DataDir: t.TempDir(), MergeQueue: MergeQueueConfig{Label: "ship-it", RequiredChecks: []string{"lint"}, MergeMethod: "squash"}}); err != nil {
 		t.Error(err)
+	}
+}
+
+// A merge-queue route asked with another method answers 405 naming every
+// method it serves, as the API's own routes do: its GET routes serve HEAD
+// too.
+func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/v1/repos/octo/demo/queue", "GET, HEAD"},
+		{"DELETE", "/v1/repos/octo/demo/queue/events", "GET, HEAD"},
+		{"PUT", "/v1/repos/octo/demo/queue/audit", "GET, HEAD"},
+		{"GET", "/v1/repos/octo/demo/queue/reconcile", "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q, want 405 Allow %q: %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow, b)
+		}
+		if err := loadAPISpec(t).check(req, nil, resp.StatusCode, resp.Header, b); err != nil {
+			t.Errorf("OpenAPI: %v", err)
+		}
 	}
 }

@@ -101,7 +101,11 @@ func (h *handler) routes() []repoRoute {
 func (h *handler) route(method string, fn repoHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
-			w.Header().Set("Allow", method)
+			allow := method
+			if method == http.MethodGet {
+				allow += ", " + http.MethodHead // served too
+			}
+			w.Header().Set("Allow", allow)
 			h.write(w, http.StatusMethodNotAllowed, errorBody(schema.CodeInvalidRequest, "method "+r.Method+" not allowed; use "+method, nil))
 			return
 		}
