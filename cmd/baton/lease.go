@@ -295,7 +295,8 @@ CMD finds the lease in its environment: BATON_LEASE_KEY, BATON_LEASE_OWNER
 and BATON_LEASE_TOKEN (the fencing token, for systems that check it).
 CMD runs in its own process group, so that stopping it stops everything it
 started in that group; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton
-(Ctrl-C included) are passed on to that group.
+(Ctrl-C included) are passed on to that group; before CMD starts (while
+baton takes the lease, or waits for it) they stop baton, with status 128+N.
 
 On Linux, when stdin and stdout are baton's terminal (not in a
 pipeline), CMD has the terminal while baton is in its foreground: CMD can
@@ -395,8 +396,25 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	var unanswered time.Time // since when the server has not answered
 	for {
 		asked := time.Now()
-		var err error
-		g, err = c.AcquireLease(ctx, key, o.owner, o.ttl)
+		var (
+			s   os.Signal
+			err error
+		)
+		g, s, err = leaseAcquireOrSignal(ctx, c, key, o, sigs)
+		if s != nil {
+			// The acquire was cut short: a signal asks baton to stop
+			// before CMD starts. A lease granted all the same is given
+			// back (an acquire whose answer was lost stays the server's
+			// until it expires).
+			if err == nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+				if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil {
+					fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
+				}
+				cancel()
+			}
+			return 128 + int(s.(syscall.Signal)), fmt.Errorf("%s while taking the lease", s)
+		}
 		if err == nil {
 			g.ExpiresAt = asked.Add(o.ttl) // judged by our clock, from the moment we asked
 			break
@@ -640,6 +658,33 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			releaseIfHeld()
 			return exitLeaseLost, nil
 		}
+	}
+}
+
+// leaseAcquireOrSignal asks for the lease, and cuts the request short if
+// one of sigs arrives meanwhile (Ctrl-C while the server is slow to
+// answer, or does not): it then returns the signal, with the grant if the
+// answer came all the same.
+func leaseAcquireOrSignal(ctx context.Context, c *client.Client, key string, o *leaseRunOptions,
+	sigs <-chan os.Signal) (client.LeaseGrant, os.Signal, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		g   client.LeaseGrant
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		g, err := c.AcquireLease(actx, key, o.owner, o.ttl)
+		done <- answer{g, err}
+	}()
+	select {
+	case a := <-done:
+		return a.g, nil, a.err
+	case s := <-sigs:
+		cancel()
+		a := <-done
+		return a.g, s, a.err
 	}
 }
 

@@ -27,6 +27,8 @@ type cliLeaseProxy struct {
 	failRenewals atomic.Bool
 	hangRenewals atomic.Bool  // renewals wait for their client to give up
 	slowRenewals atomic.Int64 // renewals are passed on after this long (nanoseconds)
+	hangAcquires atomic.Bool  // acquires wait for their client to give up
+	acquires     atomic.Int64 // acquires received
 	renewals     atomic.Int64 // renewals received
 	mu           sync.Mutex
 	acquired     time.Time // when the last acquire was passed on
@@ -51,7 +53,17 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 		if strings.HasSuffix(r.URL.EscapedPath(), "/renew") {
 			p.renewals.Add(1)
 		}
+		if strings.HasSuffix(r.URL.EscapedPath(), "/acquire") {
+			p.acquires.Add(1)
+		}
 		switch {
+		case strings.HasSuffix(r.URL.EscapedPath(), "/acquire") && p.hangAcquires.Load():
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-closing:
+			}
+			return
 		case strings.HasSuffix(r.URL.EscapedPath(), "/renew") && p.hangRenewals.Load():
 			// The body read, the server notices when the client hangs up.
 			_, _ = io.Copy(io.Discard, r.Body)
@@ -180,6 +192,30 @@ func TestLeaseRunExitsWhileARenewalHangs(t *testing.T) {
 		t.Errorf("the lease after the command: %+v, %v", st, err)
 	}
 	if strings.Contains(p.stderr.String(), "renewing") {
+		t.Errorf("stderr: %s", p.stderr)
+	}
+}
+
+// Ctrl-C (SIGINT) while the server is slow to answer the acquire stops
+// baton at once, as it stops a wait for the lease: CMD never runs. (The
+// client's own timeout is over a minute.)
+func TestLeaseRunStopsOnASignalWhileAcquiring(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	proxy.hangAcquires.Store(true)
+	const key = "issue:octo/demo#55"
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--", "sh", "-c", "echo ran")
+	cliEventually(t, 30*time.Second, "the acquire to reach the server", func() bool { return proxy.acquires.Load() > 0 })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Second); code != 128+int(syscall.SIGINT) || p.stdout.String() != "" {
+		t.Errorf("exit %d, stdout %q, want %d and nothing; stderr: %s", code, p.stdout, 128+int(syscall.SIGINT), p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), "interrupt while taking the lease") {
 		t.Errorf("stderr: %s", p.stderr)
 	}
 }
