@@ -309,7 +309,8 @@ renewal, and goes on with CMD). On fg or bg, CMD
 continues once the lease is surely still held, after a renewal if it may
 have expired; if the lease was lost, CMD never runs again (SIGTERM,
 SIGKILL after --grace) and baton exits 4. Elsewhere, CMD is not in the
-terminal's foreground: it should not read from it.
+terminal's foreground: it should not read from it (that stops CMD, which
+Ctrl-C still ends).
 
 On Linux, CMD runs under a small guard process (baton itself), so that
 nothing CMD started outlives the lease: when CMD exits, what it left

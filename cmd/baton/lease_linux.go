@@ -529,6 +529,15 @@ func runLeaseGuard(grace time.Duration, job int, argv []string, parent, toParent
 		select {
 		case s := <-sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			// A stopped process takes the signal only once continued:
+			// continue the group, as a shell's kill does a stopped job.
+			// CMD stops for good when it reads a terminal it was not
+			// lent (stdout is not the terminal, say), and would hold the
+			// lease with Ctrl-C pending. Not a CMD suspended at the
+			// terminal: baton continues it once the lease is surely held.
+			if !cmdStopped {
+				_ = syscall.Kill(-pgid, syscall.SIGCONT)
+			}
 		case <-gone:
 			gone = nil
 			stop()

@@ -21,10 +21,16 @@ func startLeaseChild(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		return nil, err
 	}
 	pgid := child.Process.Pid
+	// As on Linux: a stopped process takes the signal only once continued,
+	// as a shell's kill continues a stopped job.
+	pass := func(s syscall.Signal) {
+		_ = syscall.Kill(-pgid, s)
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	}
 	return &leaseChild{
 		cmd:       child,
 		stderr:    stderr,
-		signal:    func(s syscall.Signal) { _ = syscall.Kill(-pgid, s) },
+		signal:    pass,
 		stop:      func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
 		killAfter: grace,
 		kill:      func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },

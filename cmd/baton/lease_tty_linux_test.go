@@ -412,3 +412,41 @@ echo "suspended $?"; read go; fg; echo "status $?"`)
 	}
 	term.finish(t)
 }
+
+// cliStopped tells whether the process is stopped (by a signal).
+func cliStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'T'
+}
+
+// Run at a terminal with its output elsewhere, CMD is not lent the
+// terminal: reading it, CMD stops (SIGTTIN) for good, and would hold the
+// lease so. Ctrl-C still ends it: a signal baton passes on reaches a
+// stopped CMD too.
+func TestLeaseRunCtrlCReachesAStoppedCMD(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	const key = "issue:octo/demo#68"
+	out := t.TempDir() + "/out"
+	creds := []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + env.alice, "BATON=" + bin, "OUT=" + out}
+	term := cliStartTerminal(t, creds, `"$BATON" lease run '`+key+`' -- sh -c 'echo "pid $$" >&2; read x; echo "got $x"' >"$OUT"
+echo "status $?"`)
+	term.waitFor(t, "pid ")
+	pids := cliPIDs(t, strings.ReplaceAll(term.out.String(), "\r", ""))
+	if len(pids) != 1 {
+		t.Fatalf("the terminal shows:\n%s", term.out)
+	}
+	cliEventually(t, 30*time.Second, "the command to stop reading the terminal", func() bool { return cliStopped(pids[0]) })
+	term.send(t, "\x03")
+	term.waitFor(t, "status 130")
+	term.finish(t)
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after the command: %+v, %v", st, err)
+	}
+}
