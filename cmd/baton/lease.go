@@ -186,8 +186,12 @@ func newLeaseAcquireCmd() *cobra.Command {
 func newLeaseRenewCmd() *cobra.Command {
 	var o *leaseOptions
 	cmd := &cobra.Command{
-		Use:     "renew KEY --lease-token N [--owner OWNER] [--ttl DURATION]",
-		Short:   "Extend a lease you hold (lease_lost if it is no longer yours)",
+		Use:   "renew KEY --lease-token N [--owner OWNER] [--ttl DURATION]",
+		Short: "Renew a lease you hold for --ttl from now (lease_lost if it is no longer yours)",
+		Long: `Renew makes the lease you hold expire --ttl from now (default 1m), whatever TTL
+it was taken with: a lease acquired with --ttl 10m and renewed without --ttl
+has a minute left. It fails with lease_lost if the lease is no longer yours
+(it expired, was released or was taken over).`,
 		Example: `  baton lease renew issue:octo/demo#10 --lease-token 42 --ttl 5m`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

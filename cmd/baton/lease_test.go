@@ -142,6 +142,29 @@ func TestLeaseRunHelp(t *testing.T) {
 	}
 }
 
+// lease renew makes the lease expire --ttl from now, whatever TTL it was
+// taken with: its help says so, rather than that it extends the lease (a
+// 10m lease renewed without --ttl has a minute left).
+func TestLeaseRenewHelp(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	const key = "issue:octo/demo#39"
+	r := env.as(t, env.alice, "lease", "acquire", key, "--ttl", "10m", "--json")
+	var g client.LeaseGrant
+	cliDecodeJSON(t, r.stdout, &g)
+	if r := env.as(t, env.alice, "lease", "renew", key, "--lease-token", strconv.FormatInt(g.Token, 10)); r.code != 0 {
+		t.Fatalf("lease renew: %+v", r)
+	}
+	st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key)
+	if err != nil || !st.Locked || st.ExpiresIn() > time.Minute {
+		t.Fatalf("a 10m lease renewed without --ttl: %+v, %v; want a minute left, as the help says", st, err)
+	}
+	r = cliRun(t, "", "lease", "renew", "--help")
+	if r.code != 0 || strings.Contains(r.stdout, "Extend") || !strings.Contains(r.stdout, "--ttl 10m and renewed without --ttl\nhas a minute left") {
+		t.Errorf("lease renew --help:\n%s", r.stdout)
+	}
+}
+
 // cliLockedBuffer is an io.Writer safe to read while a process writes to it.
 type cliLockedBuffer struct {
 	mu sync.Mutex
