@@ -23,6 +23,7 @@ import (
 
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/schema"
 )
 
 func init() { register(newLeaseCmd) }
@@ -231,10 +232,16 @@ func newLeaseReleaseCmd() *cobra.Command {
 			if err := c.ReleaseLease(cmd.Context(), args[0], o.owner, o.leaseToken); err != nil {
 				return cliAPIError(err)
 			}
-			if o.json {
-				return cliPrintJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "owner": o.owner, "released": true})
+			// The key the lease was held under, as acquire prints it: the
+			// server's spelling (repository names in lower case).
+			key := args[0]
+			if res, _, err := schema.ParseResourceKey(key); err == nil {
+				key = res.Key()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", args[0])
+			if o.json {
+				return cliPrintJSON(cmd.OutOrStdout(), map[string]any{"key": key, "owner": o.owner, "released": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", key)
 			return nil
 		},
 	}
@@ -481,7 +488,7 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 	releaseIfHeld := func() { releaseWithin(3*time.Second, true) }
 
 	env := append(os.Environ(),
-		"BATON_LEASE_KEY="+key,
+		"BATON_LEASE_KEY="+cliFirst(g.Key, key), // as the server holds it
 		"BATON_LEASE_OWNER="+o.owner,
 		"BATON_LEASE_TOKEN="+strconv.FormatInt(g.Token, 10),
 	)

@@ -165,6 +165,38 @@ func TestLeaseRenewHelp(t *testing.T) {
 	}
 }
 
+// A lease is held under its key's canonical spelling (the repository in
+// lower case), whatever was typed: lease run exports that key to CMD, and
+// release prints it, as acquire does.
+func TestLeaseCanonicalKey(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	const typed, key = "issue:OCTO/Demo#43", "issue:octo/demo#43"
+	r := cliRun(t, "", "lease", "run", typed, "--server", env.URL, "--token", env.alice, "--", "sh", "-c", `echo "$BATON_LEASE_KEY"`)
+	if r.code != 0 || r.stdout != key+"\n" {
+		t.Errorf("lease run %s: BATON_LEASE_KEY: %+v, want %s", typed, r, key)
+	}
+	r = env.as(t, env.alice, "lease", "acquire", typed, "--json")
+	var g client.LeaseGrant
+	cliDecodeJSON(t, r.stdout, &g)
+	if g.Key != key {
+		t.Errorf("lease acquire %s: %+v", typed, r)
+	}
+	r = env.as(t, env.alice, "lease", "release", typed, "--lease-token", strconv.FormatInt(g.Token, 10), "--json")
+	var rel struct {
+		Key      string `json:"key"`
+		Released bool   `json:"released"`
+	}
+	cliDecodeJSON(t, r.stdout, &rel)
+	if rel.Key != key || !rel.Released {
+		t.Errorf("lease release %s --json: %+v", typed, r)
+	}
+	r = env.as(t, env.alice, "lease", "release", typed, "--lease-token", strconv.FormatInt(g.Token, 10))
+	if r.code != 1 || !strings.Contains(r.stderr, "lease_lost") {
+		t.Errorf("a second release: %+v", r)
+	}
+}
+
 // cliLockedBuffer is an io.Writer safe to read while a process writes to it.
 type cliLockedBuffer struct {
 	mu sync.Mutex
