@@ -94,7 +94,8 @@ type LeaseState struct {
 	Key    string `json:"key"`
 	Locked bool   `json:"locked"`
 	// Owner is the holder: ACTOR/OWNER for a lease taken over the API,
-	// an operation ID for an operation's.
+	// an operation ID for an operation's, mergequeue:WHAT for the merge
+	// queue's on a repo: key.
 	Owner            string  `json:"owner,omitempty"`
 	Token            int64   `json:"token,omitempty"`
 	ExpiresInSeconds float64 `json:"expiresIn,omitempty"`

@@ -255,8 +255,8 @@ func newLeaseCheckCmd() *cobra.Command {
 		Use:   "check KEY",
 		Short: "Show who holds a lease",
 		Long: `Check shows whether KEY is held, by whom (ACTOR/OWNER for a lease taken over
-the API, an operation ID for an operation's), with which fencing token and
-for how long.`,
+the API, an operation ID for an operation's, mergequeue:WHAT for the merge
+queue's on a repo: key), with which fencing token and for how long.`,
 		Example: `  baton lease check issue:octo/demo#10`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
