@@ -71,8 +71,13 @@ type pacer struct {
 	// spacing estimates the time between two requests, for requeue delays.
 	spacing time.Duration
 
+	// sweepEvery is how often acquire forgets the installations whose
+	// pace holds nothing any more (see sweepLocked).
+	sweepEvery time.Duration
+
 	mu    sync.Mutex
 	insts map[int64]*installationPace
+	swept time.Time // the last sweep
 }
 
 type installationPace struct {
@@ -96,7 +101,43 @@ func newPacer(cfg PacingConfig, now func() time.Time) *pacer {
 		p.tolerance = 2 * p.interval
 	}
 	p.spacing = max(p.minInterval, p.interval)
+	p.sweepEvery = max(p.longest(), p.minInterval)
+	if p.sweepEvery <= 0 {
+		p.sweepEvery = time.Minute
+	}
 	return p
+}
+
+// longest is the longest content window: how long a request's slot counts.
+func (p *pacer) longest() time.Duration {
+	longest := time.Duration(0)
+	for _, w := range p.cfg.ContentLimits {
+		longest = max(longest, w.Window)
+	}
+	return longest
+}
+
+// sweepLocked forgets, at most once per sweepEvery, the installations
+// whose pace no longer holds anything back: no worker waiting, no request
+// in flight or still counting in a window, the spacing after the last
+// request over, and no catch-up owed. A fresh pace would decide the same,
+// so nothing is lost; without it the map would keep every installation
+// served since the start (uninstalled ones too) with up to a window's
+// worth of slots each, for as long as the server runs. Called with p.mu
+// held.
+func (p *pacer) sweepLocked(now time.Time) {
+	if now.Sub(p.swept) < p.sweepEvery {
+		return
+	}
+	p.swept = now
+	for inst, ip := range p.insts {
+		p.earliest(ip, now) // drops the slots that no longer count
+		if ip.waiters == 0 && len(ip.slots) == 0 &&
+			(ip.last.IsZero() || !ip.last.Add(p.minInterval).After(now)) &&
+			!ip.tat.After(now.Add(-p.tolerance)) {
+			delete(p.insts, inst)
+		}
+	}
 }
 
 // errPaceRequeue is returned by acquire when the wait is too long to hold a
@@ -126,12 +167,15 @@ func (p *pacer) acquire(ctx context.Context, cancelled, drain <-chan struct{}, i
 	}()
 	for {
 		p.mu.Lock()
+		now := p.now()
+		if !waiting {
+			p.sweepLocked(now) // never the entry of a waiter: it has one
+		}
 		ip := p.insts[inst]
 		if ip == nil {
 			ip = &installationPace{}
 			p.insts[inst] = ip
 		}
-		now := p.now()
 		at := p.earliest(ip, now)
 		if !at.After(now) {
 			end := new(time.Time)
@@ -220,10 +264,7 @@ func maxTime(a, b time.Time) time.Time {
 // earliest returns when the installation may send next. Called with p.mu
 // held; it also forgets slots older than the longest window.
 func (p *pacer) earliest(ip *installationPace, now time.Time) time.Time {
-	longest := time.Duration(0)
-	for _, w := range p.cfg.ContentLimits {
-		longest = max(longest, w.Window)
-	}
+	longest := p.longest()
 	keep := ip.slots[:0]
 	for _, end := range ip.slots {
 		if end.Add(longest).After(now) {
@@ -280,9 +321,16 @@ type pauses struct {
 
 func newPauses() *pauses { return &pauses{until: make(map[int64]time.Time)} }
 
-// set extends the installation's pause to until (never shortens it).
-func (p *pauses) set(inst int64, until time.Time) {
+// set extends the installation's pause to until (never shortens it). It
+// also forgets the pauses that have ended by now: remaining does too, but
+// only for the installations still asked about (not an uninstalled one).
+func (p *pauses) set(inst int64, now, until time.Time) {
 	p.mu.Lock()
+	for id, u := range p.until {
+		if !u.After(now) {
+			delete(p.until, id)
+		}
+	}
 	if until.After(p.until[inst]) {
 		p.until[inst] = until
 	}

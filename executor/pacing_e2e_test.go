@@ -171,3 +171,64 @@ func TestPacingSlotFreedOnPanic(t *testing.T) {
 		t.Errorf("%d effects, want 1", n)
 	}
 }
+
+// The pacer forgets an installation once its pace holds nothing back any
+// more: after operations for many installations (each GitHub account
+// that installs the App, and uninstalls it, is one), a server left
+// running keeps the pace of the installations served lately, not of every
+// one served since it started.
+func TestPacerForgetsIdleInstallations(t *testing.T) {
+	t.Parallel()
+	// A window long enough that the 40 operations are served within one
+	// (under the race detector too), so none is forgotten before the
+	// count below.
+	const window = 3 * time.Second
+	s := newStack(t, stackOptions{
+		exec: Config{Pacing: PacingConfig{MinInterval: 10 * time.Millisecond, ContentLimits: []RateWindow{{100, window}}}},
+	})
+	const installs = 40
+	ids := make([]string, 0, installs)
+	for i := range installs {
+		inst := int64(10 + i)
+		owner := fmt.Sprintf("acct%d", i)
+		if _, err := s.sim.AddRepo(owner, "demo", inst); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.sim.AddIssue(owner, "demo", ghsim.NewIssue{Number: 1, Title: "paced"}); err != nil {
+			t.Fatal(err)
+		}
+		res := schema.Resource{Type: "issue", ID: owner + "/demo#1"}
+		ids = append(ids, s.submit(t, "many-"+owner, schema.ActionComment, res, `{"body":"hi"}`,
+			func(sub *schema.Submission) { sub.InstallationID = inst }).OperationID)
+	}
+	for _, id := range ids {
+		if rec := s.await(t, id, 60*time.Second); rec.Status != schema.StatusSucceeded {
+			t.Fatalf("%s: %s %s", id, rec.Status, rec.LastErrorCategory)
+		}
+	}
+	paces := func() int {
+		s.exec.pacer.mu.Lock()
+		defer s.exec.pacer.mu.Unlock()
+		return len(s.exec.pacer.insts)
+	}
+	if n := paces(); n < installs {
+		t.Fatalf("%d installations paced after %d served: the test measures nothing", n, installs)
+	}
+	// Once their windows have passed, one more operation (of another
+	// installation) is all it takes for the others' paces to go.
+	deadline := time.Now().Add(window + 5*time.Second)
+	for i := 0; ; i++ {
+		rec := s.submit(t, fmt.Sprintf("later-%d", i), schema.ActionComment, issue(1), `{"body":"later"}`)
+		if rec = s.await(t, rec.OperationID, 30*time.Second); rec.Status != schema.StatusSucceeded {
+			t.Fatalf("later operation: %s %s", rec.Status, rec.LastErrorCategory)
+		}
+		n := paces()
+		if n <= 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d installations still paced %v after the last of %d was served, want at most 2", n, window+5*time.Second, installs)
+		}
+		time.Sleep(window / 10)
+	}
+}

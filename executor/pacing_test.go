@@ -173,8 +173,8 @@ func TestPauses(t *testing.T) {
 	t.Parallel()
 	p := newPauses()
 	now := time.Now()
-	p.set(1, now.Add(90*time.Second))
-	p.set(1, now.Add(10*time.Second)) // never shortened
+	p.set(1, now, now.Add(90*time.Second))
+	p.set(1, now, now.Add(10*time.Second)) // never shortened
 	if r := p.remaining(1, now); r != 90*time.Second {
 		t.Errorf("remaining = %v", r)
 	}
@@ -183,5 +183,28 @@ func TestPauses(t *testing.T) {
 	}
 	if r := p.remaining(1, now.Add(2*time.Minute)); r != 0 {
 		t.Errorf("after the pause: %v", r)
+	}
+}
+
+// The pauses of installations nobody asks about any more (uninstalled, or
+// quiet) are forgotten once over, so the map holds the installations
+// paused now, not every one ever rate-limited since the start.
+func TestPausesForgetEnded(t *testing.T) {
+	t.Parallel()
+	p := newPauses()
+	now := time.Now()
+	for inst := int64(1); inst <= 1000; inst++ {
+		p.set(inst, now, now.Add(time.Minute))
+	}
+	later := now.Add(2 * time.Minute)
+	p.set(5000, later, later.Add(time.Minute))
+	p.mu.Lock()
+	n := len(p.until)
+	p.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d pauses kept after all but one ended, want 1", n)
+	}
+	if r := p.remaining(5000, later); r != time.Minute {
+		t.Errorf("the pause in force: remaining %v", r)
 	}
 }

@@ -589,7 +589,8 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	r.rec.AppendAttempt(a)
 	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
 	if cl.PauseInstallation {
-		r.e.pauses.set(r.inst, r.e.now().Add(cl.Wait))
+		now := r.e.now()
+		r.e.pauses.set(r.inst, now, now.Add(cl.Wait))
 		return Result{}, false, true
 	}
 	r.renewToken(&cl)
@@ -712,7 +713,8 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	r.log.Info("attempt failed", zap.String(LogEvent, "attempt_failed"), zap.Int(LogAttempt, a.Number),
 		zap.String(LogErrorCategory, cl.Category), zap.Int("httpStatus", last.HTTPStatus), zap.Bool("retryable", cl.Retryable))
 	if cl.PauseInstallation {
-		e.pauses.set(r.inst, e.now().Add(cl.Wait))
+		now := e.now()
+		e.pauses.set(r.inst, now, now.Add(cl.Wait))
 	}
 	if cl.RenewToken && cl.Retryable {
 		// GitHub refused the token, not the request, which was not
