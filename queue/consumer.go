@@ -59,6 +59,16 @@ type ConsumerConfig struct {
 	// cancelled the handlers' context, still waits for them to return.
 	// Defaults to 1s.
 	StopGrace time.Duration
+	// MaxHold bounds how long a message stays in StreamOperations by
+	// RetryAfter alone: no delayed redelivery is longer, and a message
+	// stored that long ago is replaced by a fresh copy at the stream's
+	// end (the copy keeps its failure count) instead of being sent back
+	// again. JetStream cannot free the stream's storage behind its oldest
+	// message: one operation kept waiting for days (behind a dead letter
+	// on its resource, a lease held outside) would make the embedded
+	// server keep, on disk and in memory, every message the stream took
+	// meanwhile. Defaults to 1m.
+	MaxHold time.Duration
 	// Logger defaults to the Broker's.
 	Logger *zap.Logger
 }
@@ -73,6 +83,7 @@ func (c *ConsumerConfig) fill(b *Broker) error {
 	c.FetchBatch = min(cmp.Or(c.FetchBatch, c.Concurrency), max(c.Concurrency, 1))
 	c.FetchWait = cmp.Or(c.FetchWait, time.Second)
 	c.StopGrace = cmp.Or(c.StopGrace, time.Second)
+	c.MaxHold = cmp.Or(c.MaxHold, time.Minute)
 	if c.Logger == nil {
 		c.Logger = b.log
 	} else {
@@ -105,6 +116,9 @@ func (c *ConsumerConfig) fill(b *Broker) error {
 	}
 	if c.FetchWait < 10*time.Millisecond || c.StopGrace < 0 {
 		errs = append(errs, fmt.Errorf("FetchWait = %s, StopGrace = %s: want FetchWait >= 10ms, StopGrace >= 0", c.FetchWait, c.StopGrace))
+	}
+	if c.MaxHold < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("MaxHold = %s: want at least 10ms", c.MaxHold))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("queue: invalid consumer config: %w", errors.Join(errs...))
@@ -458,7 +472,7 @@ func (c *Consumer) handle(sl *slot, msg jetstream.Msg) {
 	case res.IsRetry():
 		c.counters.handledRetry.Add(1)
 		if res.delay > 0 {
-			c.settle(id, msg.NakWithDelay(res.delay))
+			c.retryLater(msg, id, res.delay)
 		} else {
 			c.nak(msg)
 		}
@@ -471,6 +485,32 @@ func (c *Consumer) handle(sl *slot, msg jetstream.Msg) {
 		}
 		c.fail(msg, id, failures+1, res.Err())
 	}
+}
+
+// retryLater sends msg back to be delivered again after delay, at most
+// MaxHold. A message stored MaxHold ago or earlier is replaced instead:
+// a fresh copy (with the original's failure headers) is stored at the
+// stream's end, and the original is acknowledged once it is (if the copy
+// cannot be stored, the original is sent back as usual). The copy is
+// delivered at once, and its handler sends it back for the rest of the
+// wait. So no message pins the stream's first sequence for more than
+// about twice MaxHold (see ConsumerConfig.MaxHold).
+func (c *Consumer) retryLater(msg jetstream.Msg, id string, delay time.Duration) {
+	if md, err := msg.Metadata(); err == nil && time.Since(md.Timestamp) >= c.cfg.MaxHold {
+		m := operationMsg(id, holdMsgID(id, md.Sequence.Stream))
+		for _, h := range []string{HeaderFailures, HeaderRetryAt, HeaderReason} {
+			if v := msg.Headers().Get(h); v != "" {
+				m.Header.Set(h, v)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.b.cfg.PublishTimeout)
+		defer cancel()
+		if _, err := c.sess.js.PublishMsg(ctx, m); err == nil {
+			c.settle(id, msg.DoubleAck(ctx))
+			return
+		}
+	}
+	c.settle(id, msg.NakWithDelay(min(delay, c.cfg.MaxHold)))
 }
 
 // call runs the handler, turning a panic into a failure.

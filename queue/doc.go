@@ -105,7 +105,12 @@
 //   - At MaxFailures (default 5) it stores a dead letter in OPERATIONS_DLQ
 //     (the operation ID, the count, the reason) instead, then acknowledges
 //     the original: the operation leaves OPERATIONS.
-//   - RetryAfter naks the message with the delay; the count is untouched.
+//   - RetryAfter naks the message with the delay, at most MaxHold (a
+//     minute); the count is untouched. A message stored MaxHold ago or
+//     earlier is replaced by a copy at the stream's end instead (its
+//     failure headers kept; the original acknowledged once the copy is
+//     stored), delivered at once: JetStream frees storage only behind a
+//     stream's oldest message, which must not stay for days.
 //   - If the copy or dead letter cannot be stored, the original is nak'ed
 //     with the backoff and this failure is not counted: a failure is never
 //     counted without being recorded.

@@ -81,6 +81,10 @@ func retryMsgID(operationID string, failures int, fromSeq uint64) string {
 	return operationID + "/failure/" + strconv.Itoa(failures) + "/" + strconv.FormatUint(fromSeq, 10)
 }
 
+func holdMsgID(operationID string, fromSeq uint64) string {
+	return operationID + "/hold/" + strconv.FormatUint(fromSeq, 10)
+}
+
 func deadLetterMsgID(operationID string, fromSeq uint64) string {
 	return operationID + "/dlq/" + strconv.FormatUint(fromSeq, 10)
 }

@@ -1,0 +1,60 @@
+package queue
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// An operation kept waiting (RetryAfter, again and again: behind a dead
+// letter on its resource, or a lease held outside) while the others flow
+// does not make the embedded server keep everything the stream took
+// meanwhile: JetStream frees a stream's storage only behind its oldest
+// message, and that message is replaced by a fresh copy every MaxHold.
+// Before, the stream's directory held thousands of message blocks after
+// 40,000 operations, and the server hundreds of megabytes of memory.
+func TestConsumerLongWaitDoesNotPinStream(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir)
+	rec := newRecorder()
+	rec.result = func(id string, call int) Result {
+		if id == "waiting" {
+			return RetryAfter(20 * time.Millisecond)
+		}
+		return Done()
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxHold: 200 * time.Millisecond})
+	dispatch(t, b, "waiting")
+	const total = 40000
+	for _, id := range opIDs("flow", total) {
+		if err := b.Dispatch(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 120*time.Second, "every operation handled", func() bool { return rec.seen() == total+1 })
+	if n := rec.count("waiting"); n < 10 {
+		t.Fatalf("the waiting operation was handled %d times: the test measures nothing", n)
+	}
+	// The waiting operation has one message, never none nor two.
+	eventually(t, 5*time.Second, "one message left", func() bool { return streamMsgs(t, b.sess.Load().ops) == 1 })
+	blocks, err := filepath.Glob(filepath.Join(StoreDir(dir), "jetstream", "*", "streams", StreamOperations, "msgs", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) == 0 {
+		entries, _ := os.ReadDir(StoreDir(dir))
+		t.Fatalf("no message blocks found under %s (%v): the test measures nothing", StoreDir(dir), entries)
+	}
+	if len(blocks) > 10 {
+		names := make([]string, 0, 5)
+		for _, p := range blocks[:5] {
+			names = append(names, filepath.Base(p))
+		}
+		t.Errorf("%d message blocks kept after %d operations went through (%s, …), want at most 10",
+			len(blocks), total, strings.Join(names, " "))
+	}
+	t.Logf("%d message blocks; the waiting operation handled %d times", len(blocks), rec.count("waiting"))
+}
