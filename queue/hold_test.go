@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -57,4 +59,43 @@ func TestConsumerLongWaitDoesNotPinStream(t *testing.T) {
 			len(blocks), total, strings.Join(names, " "))
 	}
 	t.Logf("%d message blocks; the waiting operation handled %d times", len(blocks), rec.count("waiting"))
+}
+
+// The copy that replaces a message kept waiting carries its failure
+// count: an operation that failed twice, then waited through several
+// copies, is dead-lettered at its fifth failure, not its seventh.
+func TestConsumerHoldCopyKeepsFailures(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "")
+	var (
+		mu       sync.Mutex
+		failures int
+		waitEnd  time.Time
+	)
+	handler := func(_ context.Context, id string) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case failures == 2 && waitEnd.IsZero():
+			waitEnd = time.Now().Add(time.Second) // five MaxHolds
+			fallthrough
+		case failures == 2 && time.Now().Before(waitEnd):
+			return RetryAfter(20 * time.Millisecond)
+		}
+		failures++
+		return Failed(errors.New("store unavailable"))
+	}
+	startConsumer(t, b, ConsumerConfig{Handler: handler, MaxHold: 200 * time.Millisecond})
+	dispatch(t, b, "op-1")
+	var dl DeadLetter
+	eventually(t, 30*time.Second, "dead-lettered", func() bool {
+		var err error
+		dl, err = b.DeadLetterOf(context.Background(), "op-1")
+		return err == nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if failures != 5 || dl.Failures != 5 {
+		t.Errorf("dead-lettered after %d failures (the letter counts %d), want 5", failures, dl.Failures)
+	}
 }
