@@ -201,6 +201,11 @@ func migrateRetrying(ctx context.Context, db *sql.DB, busyTimeout time.Duration)
 	}
 }
 
+// walSizeLimit is the size the WAL file is cut back to when it is reset:
+// above what the autocheckpoint lets it reach in steady use (10,000 pages
+// of 4 KiB), so that steady use does not pay for shrinking and growing it.
+const walSizeLimit = 64 << 20
+
 func dsn(path string, opts Options, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
@@ -213,6 +218,12 @@ func dsn(path string, opts Options, readOnly bool) string {
 	// cannot keep up, or readers pin old frames), so commits rarely pay
 	// for copying pages into the database file.
 	q.Add("_pragma", "wal_autocheckpoint(10000)")
+	// SQLite reuses the WAL from its start once it is checkpointed, but
+	// never shrinks the file: after a spike (a long read holding back the
+	// checkpoints while writes went on, a large prune) the WAL would keep
+	// its peak size for as long as the server runs. It is cut back to
+	// walSizeLimit whenever it is reset.
+	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	if readOnly {
 		q.Add("_pragma", "query_only(ON)")
 	} else {
