@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -39,6 +40,8 @@ type AuditLogBody struct {
 //	                                               same caller's last reconcile of the repository;
 //	                                               503/502 (code internal) when GitHub fails its reads
 //
+// Every route answers 503 with Retry-After (code internal) when the store
+// cannot keep a write for want of storage, as the API's routes do.
 // The routes take no query parameters (a query string is invalid_request).
 // Mount it at /v1/repos/ behind the API's authentication. authorize is
 // called for every request with a well-formed repository, before anything
@@ -323,9 +326,20 @@ func errorBody(code schema.Code, msg string, details map[string]any) map[string]
 
 // fail answers err with its code's status (schema.HTTPStatus, as the API
 // does); an error without a code, or an internal one, is logged and
-// answered as internal.
+// answered as internal. A write the store could not keep for want of
+// storage (a full disk, an I/O error) is answered as the API answers it:
+// 503 with Retry-After, in baton's own words, as the same request
+// succeeds once there is room.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := schema.ErrorCode(err)
+	if code == schema.CodeInternal && sqlite.IsStorageError(err) {
+		h.q.log.Warn("merge queue request refused: the store cannot write", zap.String(logEvent, "mergequeue.api_storage_unavailable"),
+			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
+		w.Header().Set("Retry-After", "5")
+		h.write(w, http.StatusServiceUnavailable, errorBody(schema.CodeInternal,
+			"baton cannot store writes at the moment (its storage is full or failing); try again later", nil))
+		return
+	}
 	status, ok := schema.HTTPStatus(code)
 	if !ok || code == schema.CodeInternal {
 		h.q.log.Error("merge queue API error", zap.String(logEvent, "mergequeue.api_error"),
