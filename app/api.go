@@ -7,7 +7,8 @@ package app
 // (acquire, renew, release, check), dead letters (list, replay), its own
 // OpenAPI description, and /healthz, /readyz and /metrics. The wiring
 // mounts other handlers beside these (the webhook receiver, the
-// installations list) with API.Handle and API.HandleAuthenticated.
+// installations list) with API.Handle, API.HandleAuthenticated and
+// API.HandleAuthenticatedRoutes.
 //
 // # Access
 //
@@ -335,15 +336,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	paths = append(paths, "/metrics")
 	methods["/metrics"] = []string{"GET"}
 	for _, p := range paths {
-		ms := methods[p]
-		if slices.Contains(ms, "GET") {
-			ms = append(ms, "HEAD")
-		}
-		allow := strings.Join(ms, ", ")
-		a.mux.Handle(p, a.wrap("unknown", false, func(w http.ResponseWriter, r *http.Request, _ *Principal) error {
-			w.Header().Set("Allow", allow)
-			return &apiStatusError{status: http.StatusMethodNotAllowed, err: schema.Invalidf("method %s is not allowed here; allowed: %s", apiTruncate(r.Method, 20), allow)}
-		}))
+		a.mux.Handle(p, a.methodNotAllowed(methods[p]))
 	}
 	a.mux.Handle("/v1/leases/", a.wrap("unknown", false, func(w http.ResponseWriter, r *http.Request, _ *Principal) error {
 		return schema.Errorf(schema.CodeNotFound, "no such route; a lease key travels as one percent-encoded path segment, e.g. /v1/leases/issue%%3Aocto%%2Fapp%%2342")
@@ -385,6 +378,48 @@ func (a *API) HandleAuthenticated(pattern string, h http.Handler) {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), apiPrincipalKey{}, p)))
 	})))
+}
+
+// HandleAuthenticatedRoutes mounts h behind the API's token check, as
+// HandleAuthenticated does, on each of routes ("METHOD pattern"; a GET
+// route serves HEAD too), and answers the rest of prefix as the API
+// answers beside its own routes, before any token is asked for: a
+// route's path asked with another method is 405 (with Allow), any other
+// path under prefix 404 not_found. Call it before serving.
+func (a *API) HandleAuthenticatedRoutes(prefix string, routes []string, h http.Handler) {
+	methods := map[string][]string{} // pattern → methods, for 405
+	var patterns []string
+	for _, rt := range routes {
+		method, pattern, ok := strings.Cut(rt, " ")
+		if !ok {
+			panic("app: HandleAuthenticatedRoutes: route " + rt + " has no method")
+		}
+		a.HandleAuthenticated(rt, h)
+		if methods[pattern] == nil {
+			patterns = append(patterns, pattern)
+		}
+		methods[pattern] = append(methods[pattern], method)
+	}
+	for _, p := range patterns {
+		a.mux.Handle(p, a.methodNotAllowed(methods[p]))
+	}
+	a.mux.Handle(prefix, a.wrap("unknown", false, func(w http.ResponseWriter, r *http.Request, _ *Principal) error {
+		return schema.Errorf(schema.CodeNotFound, "no such route")
+	}))
+}
+
+// methodNotAllowed answers a route's path asked with a method other than
+// methods (GET serving HEAD too): 405 invalid_request, with Allow.
+func (a *API) methodNotAllowed(methods []string) http.Handler {
+	ms := slices.Clone(methods)
+	if slices.Contains(ms, "GET") && !slices.Contains(ms, "HEAD") {
+		ms = append(ms, "HEAD")
+	}
+	allow := strings.Join(ms, ", ")
+	return a.wrap("unknown", false, func(w http.ResponseWriter, r *http.Request, _ *Principal) error {
+		w.Header().Set("Allow", allow)
+		return &apiStatusError{status: http.StatusMethodNotAllowed, err: schema.Invalidf("method %s is not allowed here; allowed: %s", apiTruncate(r.Method, 20), allow)}
+	})
 }
 
 type apiPrincipalKey struct{}

@@ -114,7 +114,10 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 	// The queue learns what became of its operations (a merge that
 	// succeeded or was refused).
 	s.finished = append(s.finished, q.OnOperationFinished)
-	s.api.HandleAuthenticated("/v1/repos/", mergequeue.NewHandler(q, s.authorizeRepository))
+	// Mounted route by route, so that a wrong method or an unknown path
+	// is answered before the token is asked for, as beside the API's own
+	// routes.
+	s.api.HandleAuthenticatedRoutes("/v1/repos/", mergequeue.Routes(), mergequeue.NewHandler(q, s.authorizeRepository))
 	if err := q.Start(ctx); err != nil {
 		return err
 	}

@@ -115,29 +115,56 @@ func TestNewServerChecksMergeQueueSettings(t *testing.T) {
 
 // A merge-queue route asked with another method answers 405 naming every
 // method it serves, as the API's own routes do: its GET routes serve HEAD
-// too.
+// too. As on the API's own routes, the method is checked before the
+// token (a request no route takes is refused as such, whoever asks), and
+// an unknown route is 404 with or without a token.
 func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, Config{Dev: true})
-	for _, c := range []struct{ method, path, allow string }{
-		{"POST", "/v1/repos/octo/demo/queue", "GET, HEAD"},
-		{"DELETE", "/v1/repos/octo/demo/queue/events", "GET, HEAD"},
-		{"PUT", "/v1/repos/octo/demo/queue/audit", "GET, HEAD"},
-		{"GET", "/v1/repos/octo/demo/queue/reconcile", "POST"},
-	} {
-		req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
-		req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	for _, token := range []string{srv.Dev().Token, ""} {
+		for _, c := range []struct{ method, path, allow string }{
+			{"POST", "/v1/repos/octo/demo/queue", "GET, HEAD"},
+			{"DELETE", "/v1/repos/octo/demo/queue", "GET, HEAD"},
+			{"DELETE", "/v1/repos/octo/demo/queue/events", "GET, HEAD"},
+			{"PUT", "/v1/repos/octo/demo/queue/audit", "GET, HEAD"},
+			{"GET", "/v1/repos/octo/demo/queue/reconcile", "POST"},
+			// The API's own route, for comparison.
+			{"DELETE", "/v1/operations", "POST, GET, HEAD"},
+		} {
+			req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow || !strings.Contains(string(b), `"invalid_request"`) {
+				t.Errorf("%s %s (token %t): %d Allow %q, want 405 Allow %q: %s", c.method, c.path, token != "",
+					resp.StatusCode, resp.Header.Get("Allow"), c.allow, b)
+			}
+			if token != "" {
+				if err := loadAPISpec(t).check(req, nil, resp.StatusCode, resp.Header, b); err != nil {
+					t.Errorf("OpenAPI: %v", err)
+				}
+			}
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
-			t.Errorf("%s %s: %d Allow %q, want 405 Allow %q: %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow, b)
-		}
-		if err := loadAPISpec(t).check(req, nil, resp.StatusCode, resp.Header, b); err != nil {
-			t.Errorf("OpenAPI: %v", err)
+		for _, path := range []string{"/v1/repos/octo/demo/queue/nope", "/v1/repos/octo/demo", "/v1/operations/x/y"} {
+			req, _ := http.NewRequest("GET", srv.URL()+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) {
+				t.Errorf("GET %s (token %t): %d %s, want 404 not_found", path, token != "", resp.StatusCode, b)
+			}
 		}
 	}
 }
