@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,8 +208,23 @@ func WithToken(token string) Option {
 			return errors.New("client: the token holds a line break")
 		}
 		c.token = strings.TrimSpace(token)
+		if hasControl(c.token) {
+			// It cannot be sent in a header: every request would fail.
+			return errors.New("client: the token holds a control character")
+		}
 		return nil
 	}
+}
+
+// hasControl reports whether s holds a byte no header value may hold (a
+// control character other than a tab).
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // WithHTTPClient sends requests through hc instead of a client with a 90 s
@@ -229,7 +246,8 @@ func WithHTTPClient(hc *http.Client) Option {
 // repeated submission answer with the operation the first one created
 // (then created is false). Passing failures are errors of the transport
 // (connection refused or reset, a timeout), except the end of the
-// context, and the answers 429, 502, 503 and 504; the client waits
+// context and a server certificate the client does not trust, and the
+// answers 429, 502, 503 and 504; the client waits
 // 250 ms · 2^n with jitter between tries (at most 5 s), or the answer's
 // Retry-After when that is longer (an answer asking for more than 30 s is
 // returned at once). Cancel, the lease routes, dead-letter replay and
@@ -249,6 +267,9 @@ func WithRetries(n int) Option {
 // WithUserAgent sets the User-Agent of requests.
 func WithUserAgent(ua string) Option {
 	return func(c *Client) error {
+		if hasControl(ua) {
+			return errors.New("client: the User-Agent holds a control character")
+		}
 		c.userAgent = ua
 		return nil
 	}
@@ -376,7 +397,7 @@ func (c *Client) Wait(ctx context.Context, id string, d time.Duration) (Operatio
 			// No answer at all (status 0), or a gateway's (502, 503,
 			// 504: the reverse proxy in front of it), from a server that
 			// answered before: it is restarting.
-			if !answered || !restarting(status) || ctx.Err() != nil {
+			if !answered || !restarting(status) || permanent(err) || ctx.Err() != nil {
 				return op, err
 			}
 			if unreachableSince.IsZero() {
@@ -657,6 +678,9 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, bo
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if permanent(err) {
+			return 0, -1, err
+		}
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
@@ -679,6 +703,24 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, bo
 	}
 	c.answered.Store(true)
 	return resp.StatusCode, -1, nil
+}
+
+// permanent reports whether an error of the transport is one that trying
+// again cannot mend: the server's certificate is not one the client
+// trusts (an unknown authority, another host's name, expired). Such
+// errors are reported at once rather than after the retries of a passing
+// failure. (A header value a request may not carry, a control character
+// in the token, is refused by New.)
+func permanent(err error) bool {
+	var (
+		verify    *tls.CertificateVerificationError
+		authority x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		roots     x509.SystemRootsError
+	)
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) ||
+		errors.As(err, &invalid) || errors.As(err, &roots)
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date): 0 when

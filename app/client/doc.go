@@ -34,7 +34,8 @@
 // same idempotency key each time, so a repeat that follows a lost answer
 // returns the operation the first request created (created is false).
 // Cancel, the lease routes, dead-letter replay and merge-queue reconcile
-// are sent once: repeating them is not harmless.
+// are sent once: repeating them is not harmless. A server certificate the
+// client does not trust is reported at once: trying again cannot mend it.
 //
 // # Base URL
 //
