@@ -48,11 +48,13 @@ package app
 // method are 405 (code invalid_request), both in the same JSON shape.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -366,13 +368,18 @@ func (a *API) Handle(pattern string, h http.Handler) {
 
 // HandleAuthenticated mounts h on pattern behind the API's token check:
 // a request without a valid token gets 401 unauthorized and h is not
-// called; h finds the request's principal with PrincipalFromContext. Body
-// limits and errors are h's own business (WriteAPIError writes errors the
-// way the API does). Call it before serving.
+// called; h finds the request's principal with PrincipalFromContext. The
+// body is held to the API's limit as on the API's routes (413
+// payload_too_large); other errors are h's own business (WriteAPIError
+// writes errors the way the API does). Call it before serving.
 func (a *API) HandleAuthenticated(pattern string, h http.Handler) {
 	a.mux.Handle(pattern, a.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.authenticate(r)
 		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		if err := a.limitBody(w, r); err != nil {
 			a.writeError(w, r, err)
 			return
 		}
@@ -443,18 +450,44 @@ func (a *API) wrap(name string, auth bool, h apiHandlerFunc) http.Handler {
 				return
 			}
 		}
-		if r.Body != nil && r.Body != http.NoBody {
-			if r.ContentLength > a.maxBody {
-				a.writeError(w, r, a.tooLarge())
-				return
-			}
-			r.Body = http.MaxBytesReader(w, r.Body, a.maxBody)
+		if err := a.limitBody(w, r); err != nil {
+			a.writeError(w, r, err)
+			return
 		}
 		if err := h(w, r, p); err != nil {
 			a.writeError(w, r, err)
 		}
 	})
 	return a.instrument(name, a.recoverer(inner))
+}
+
+// limitBody holds a request's body to the API's limit: a body announced
+// over it is refused at once, one of no announced length (chunked) is
+// read before the route runs, so that one over the limit is refused as one
+// announced over it is, on the routes that take no body too (such a route,
+// a cancel say, must not act on a request it would refuse with a
+// Content-Length). Reading past the limit later is a *http.MaxBytesError.
+func (a *API) limitBody(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	if r.ContentLength > a.maxBody {
+		return a.tooLarge()
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, a.maxBody)
+	if r.ContentLength >= 0 {
+		return nil
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return a.tooLarge()
+		}
+		return schema.Invalidf("request body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 func (a *API) tooLarge() error {

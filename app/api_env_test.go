@@ -227,6 +227,8 @@ func (e *apiEnv) do(method, path, token string, body any) apiResponse {
 		rd = strings.NewReader(b)
 	case []byte:
 		rd = bytes.NewReader(b)
+	case io.Reader: // of no length known beforehand: sent chunked
+		rd = b
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {

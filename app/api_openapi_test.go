@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -126,7 +127,8 @@ func TestOpenAPIErrorCategories(t *testing.T) {
 }
 
 // A body over the limit is refused with 413 on every route, as described,
-// those that take no body included.
+// those that take no body included, whether its length is announced
+// (Content-Length) or not (chunked).
 func TestAPIBodyTooLargeEverywhere(t *testing.T) {
 	t.Parallel()
 	env := newAPIEnv(t)
@@ -136,6 +138,10 @@ func TestAPIBodyTooLargeEverywhere(t *testing.T) {
 		r := env.do(rt.Method, path, env.admin, big)
 		if r.status != http.StatusRequestEntityTooLarge || r.errorCode() != "payload_too_large" {
 			t.Errorf("%s with a body over the limit: %d %s", rt, r.status, apiTruncate(string(r.body), 200))
+		}
+		r = env.do(rt.Method, path, env.admin, struct{ io.Reader }{strings.NewReader(big)})
+		if r.status != http.StatusRequestEntityTooLarge || r.errorCode() != "payload_too_large" {
+			t.Errorf("%s with a chunked body over the limit: %d %s", rt, r.status, apiTruncate(string(r.body), 200))
 		}
 	}
 }

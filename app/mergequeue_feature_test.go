@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/schema"
 )
@@ -164,6 +165,36 @@ func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) {
 				t.Errorf("GET %s (token %t): %d %s, want 404 not_found", path, token != "", resp.StatusCode, b)
+			}
+		}
+	}
+}
+
+// The merge queue's routes hold a body to the API's limit as the API's own
+// routes do (TestAPIBodyTooLargeEverywhere): one over it is 413
+// payload_too_large, its length announced or not (chunked).
+func TestServerMergeQueueBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	big := strings.Repeat(" ", DefaultMaxBodyBytes+1)
+	for _, rt := range mergequeue.Routes() {
+		method, pattern, _ := strings.Cut(rt, " ")
+		path := strings.NewReplacer("{owner}", "octo", "{repo}", "demo").Replace(pattern)
+		for i, body := range []io.Reader{strings.NewReader(big), struct{ io.Reader }{strings.NewReader(big)}} {
+			how := [...]string{"Content-Length", "chunked"}[i]
+			req, _ := http.NewRequest(method, srv.URL()+path, body)
+			req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"payload_too_large"`) {
+				t.Errorf("%s with a body over the limit (%s): %d %s", rt, how, resp.StatusCode, b)
+			}
+			if err := loadAPISpec(t).check(req, nil, resp.StatusCode, resp.Header, b); err != nil {
+				t.Errorf("OpenAPI: %v", err)
 			}
 		}
 	}
