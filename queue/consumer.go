@@ -61,7 +61,8 @@ type ConsumerConfig struct {
 	StopGrace time.Duration
 	// MaxHold bounds how long a message stays in StreamOperations by
 	// RetryAfter alone: no delayed redelivery is longer, and a message
-	// stored that long ago is replaced by a fresh copy at the stream's
+	// sent back before and stored that long ago (see retryLater) is
+	// replaced by a fresh copy at the stream's
 	// end (the copy keeps its failure count) instead of being sent back
 	// again. JetStream cannot free the stream's storage behind its oldest
 	// message: one operation kept waiting for days (behind a dead letter
@@ -157,6 +158,8 @@ type Consumer struct {
 	ka             sync.WaitGroup // the keepalive
 
 	fetchErr atomic.Pointer[error] // the last fetch error, nil when fetching works
+
+	now func() time.Time // this machine's clock (tests set it before Start)
 }
 
 // slot is one worker's message in hand.
@@ -200,6 +203,7 @@ func NewConsumer(b *Broker, cfg ConsumerConfig) (*Consumer, error) {
 		cancelHandlers: cancel,
 		poolDone:       make(chan struct{}),
 		quit:           make(chan struct{}),
+		now:            time.Now,
 	}, nil
 }
 
@@ -488,15 +492,24 @@ func (c *Consumer) handle(sl *slot, msg jetstream.Msg) {
 }
 
 // retryLater sends msg back to be delivered again after delay, at most
-// MaxHold. A message stored MaxHold ago or earlier is replaced instead:
-// a fresh copy (with the original's failure headers) is stored at the
-// stream's end, and the original is acknowledged once it is (if the copy
-// cannot be stored, the original is sent back as usual). The copy is
-// delivered at once, and its handler sends it back for the rest of the
-// wait. So no message pins the stream's first sequence for more than
-// about twice MaxHold (see ConsumerConfig.MaxHold).
+// MaxHold. A message already sent back once and stored MaxHold ago or
+// earlier is replaced instead: a fresh copy (with the original's failure
+// headers) is stored at the stream's end, and the original is
+// acknowledged once it is (if the copy cannot be stored, the original is
+// sent back as usual). The copy is delivered at once, and its handler
+// sends it back for the rest of the wait. So no message pins the stream's
+// first sequence for more than about twice MaxHold (see
+// ConsumerConfig.MaxHold).
+//
+// The message's age is the server's clock (its timestamp) read by this
+// machine's: with a server behind this machine by more than MaxHold (an
+// external one), every message, a copy stored a moment ago too, would
+// look old enough, and a waiting operation would be copied and handed to
+// its handler again and again, as fast as the server answers. A copy is
+// therefore made only of a message sent back before (NumDelivered > 1):
+// every message waits out one delay, whatever the clocks say.
 func (c *Consumer) retryLater(msg jetstream.Msg, id string, delay time.Duration) {
-	if md, err := msg.Metadata(); err == nil && time.Since(md.Timestamp) >= c.cfg.MaxHold {
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 && c.now().Sub(md.Timestamp) >= c.cfg.MaxHold {
 		m := operationMsg(id, holdMsgID(id, md.Sequence.Stream))
 		for _, h := range []string{HeaderFailures, HeaderRetryAt, HeaderReason} {
 			if v := msg.Headers().Get(h); v != "" {

@@ -106,11 +106,14 @@
 //     (the operation ID, the count, the reason) instead, then acknowledges
 //     the original: the operation leaves OPERATIONS.
 //   - RetryAfter naks the message with the delay, at most MaxHold (a
-//     minute); the count is untouched. A message stored MaxHold ago or
-//     earlier is replaced by a copy at the stream's end instead (its
-//     failure headers kept; the original acknowledged once the copy is
-//     stored), delivered at once: JetStream frees storage only behind a
-//     stream's oldest message, which must not stay for days.
+//     minute); the count is untouched. A message sent back before and
+//     stored MaxHold ago or earlier is replaced by a copy at the stream's
+//     end instead (its failure headers kept; the original acknowledged
+//     once the copy is stored), delivered at once: JetStream frees storage
+//     only behind a stream's oldest message, which must not stay for days.
+//     (Sent back before: the age is the server's timestamp read by this
+//     machine's clock, and a server behind it would make every copy look
+//     old; each message still waits out one delay.)
 //   - If the copy or dead letter cannot be stored, the original is nak'ed
 //     with the backoff and this failure is not counted: a failure is never
 //     counted without being recorded.

@@ -99,3 +99,40 @@ func TestConsumerHoldCopyKeepsFailures(t *testing.T) {
 		t.Errorf("dead-lettered after %d failures (the letter counts %d), want 5", failures, dl.Failures)
 	}
 }
+
+// A message's age is the server's timestamp read by this machine's clock.
+// With the server's clock behind this one by more than MaxHold (an
+// external server), every message looks that old, the copy stored a
+// moment ago too: the waiting operation must still wait out its delay
+// between handler calls, not be copied and handed over again at once,
+// as fast as the server answers.
+func TestConsumerHoldWithServerClockBehind(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "")
+	rec := newRecorder()
+	rec.result = func(string, int) Result { return RetryAfter(100 * time.Millisecond) }
+	c, err := NewConsumer(b, ConsumerConfig{Handler: rec.handle, MaxHold: 200 * time.Millisecond,
+		FetchWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.now = func() time.Time { return time.Now().Add(time.Hour) } // the server an hour behind
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("consumer stop: %v", err)
+		}
+	})
+	dispatch(t, b, "waiting")
+	time.Sleep(2 * time.Second)
+	// A delay of 100 ms, each copy sent back once before it is replaced:
+	// two calls per delay at most, some 40 in two seconds.
+	if n := rec.count("waiting"); n > 80 || n < 5 {
+		t.Errorf("the waiting operation was handled %d times in 2 s with a delay of 100 ms, want 5 to 80", n)
+	}
+	eventually(t, 5*time.Second, "one message left", func() bool { return streamMsgs(t, b.sess.Load().ops) == 1 })
+}
