@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+)
+
+func init() { register(newBackupCmd) }
+
+func newBackupCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "backup FILE",
+		Short: "Copy the database of a data directory, safely while the server runs",
+		Long: `Backup writes a consistent copy of the data directory's database (baton.db:
+every operation, lease, token, installation and delivery) to FILE, which
+must not exist. The server may be running: the copy is the database as of
+one moment, taken without stopping its writes. Copying baton.db with cp
+while the server runs is not safe: the latest writes live in baton.db-wal
+until they are checkpointed, and a file copied while it changes may be
+torn.
+
+The copy is written private to its owner (mode 0600), synced to disk, and
+checked. To restore it, stop the server, remove baton.db-wal and
+baton.db-shm from the data directory, and put the copy in place as
+baton.db. The App's credentials (github-app.json and its key file) are
+not in the database: copy them once, they change only when the App is
+created again. The embedded JetStream store (nats/) need not be kept: the
+operations it was carrying are published again from the database.`,
+		Example: `  baton backup --data /var/lib/baton /backups/baton-$(date +%F).db`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := cliFirst(dataDir, os.Getenv("BATON_DATA"), "baton-data")
+			return backupDatabase(cmd.Context(), filepath.Join(dir, tokenDatabaseFile), args[0])
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data", "", "data directory of the server (env BATON_DATA; default ./baton-data)")
+	cliUsageErrors(cmd)
+	return cmd
+}
+
+// backupDatabase writes a consistent copy of the database at src to dst
+// with VACUUM INTO: one read transaction, which in WAL mode neither waits
+// for the server's writer nor holds it up. It neither creates nor migrates
+// src.
+func backupDatabase(ctx context.Context, src, dst string) (err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("no baton database at %s (is --data right?)", src)
+	}
+	// VACUUM INTO writes into an empty file: made here, private, so that
+	// the copy of what clients asked of GitHub is no more readable than
+	// the database.
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	q := url.Values{}
+	q.Set("mode", "rw") // never create src
+	q.Add("_pragma", "busy_timeout(60000)")
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: src}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return fmt.Errorf("backup: open %s: %w", src, err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
+		return fmt.Errorf("backup: copy %s: %w", src, err)
+	}
+	// VACUUM INTO does not sync what it wrote.
+	if err := syncFile(dst); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(dst)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return checkDatabase(ctx, dst)
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
+}
+
+// checkDatabase runs SQLite's quick_check on the copy at path.
+func checkDatabase(ctx context.Context, path string) error {
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro")
+	if err != nil {
+		return fmt.Errorf("backup: check %s: %w", path, err)
+	}
+	defer db.Close()
+	var res string
+	if err := db.QueryRowContext(ctx, `PRAGMA quick_check`).Scan(&res); err != nil {
+		return fmt.Errorf("backup: check %s: %w", path, err)
+	}
+	if res != "ok" {
+		return fmt.Errorf("backup: the copy %s fails its check: %s", path, res)
+	}
+	return nil
+}
