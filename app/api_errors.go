@@ -57,6 +57,13 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.Warn("write refused: the store cannot write", zap.String("event", "api_storage_unavailable"),
 			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
 		err = errStoreUnavailable
+	} else if schema.ErrorCode(err) == schema.CodeInternal && sqlite.IsBusy(err) {
+		// Another process (`baton token`, an operator's sqlite3) held the
+		// database's write lock past the busy timeout: nothing was
+		// written, and the same request succeeds once it lets go.
+		a.log.Warn("write refused: the database is locked by another process", zap.String("event", "api_store_busy"),
+			zap.String("method", r.Method), zap.String("route", r.Pattern), zap.Error(err))
+		err = errStoreBusy
 	}
 	code := schema.ErrorCode(err)
 	status, ok := schema.HTTPStatus(code)
@@ -92,6 +99,12 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // clients know to try again (a submission with the same idempotency key).
 var errStoreUnavailable = &apiStatusError{status: http.StatusServiceUnavailable,
 	err: schema.Errorf(schema.CodeInternal, "baton cannot store writes at the moment (its storage is full or failing); try again later")}
+
+// errStoreBusy answers a request whose write waited in vain for the
+// database's lock, held by another process: 503 with Retry-After, as
+// errStoreUnavailable, since the same request succeeds once it is free.
+var errStoreBusy = &apiStatusError{status: http.StatusServiceUnavailable,
+	err: schema.Errorf(schema.CodeInternal, "baton's database is locked by another process at the moment; try again later")}
 
 func (a *API) writeErrorBody(w http.ResponseWriter, status int, code schema.Code, msg string, details map[string]any) {
 	body, err := json.Marshal(APIErrorBody{APIError{Code: code, Message: msg, Details: details}})

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,5 +56,62 @@ func TestAPIStoreFullIsUnavailable(t *testing.T) {
 	// it knows the 503 and its Retry-After.
 	if err := loadAPISpec(t).check(req, body, resp.StatusCode, resp.Header, b); err != nil {
 		t.Errorf("OpenAPI: %v", err)
+	}
+}
+
+// A submission whose write waits in vain for the database's lock, held by
+// another process (an operator's sqlite3 session, a `baton token` command
+// under load) past the busy timeout, is answered 503 with Retry-After, not
+// a bare 500: nothing was written, and the same request succeeds once the
+// lock is let go.
+func TestAPIStoreLockedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	ctx := context.Background()
+	other, err := sql.Open("sqlite", srv.db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"idempotencyKey": "locked-1", "action": "github.issues.comment",
+		"resource": map[string]string{"type": "issue", "id": "octo/demo#10"},
+		"payload":  map[string]string{"body": "hello"}})
+	submit := func() (*http.Response, []byte, *http.Request) {
+		req, _ := http.NewRequest("POST", srv.URL()+"/v1/operations", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b, req
+	}
+	resp, b, req := submit()
+	var got APIErrorBody
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		got.Error.Code != "internal" || !strings.Contains(got.Error.Message, "locked by another process") || strings.Contains(string(b), "sqlite") {
+		t.Errorf("submission while another process holds the lock: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	if err := loadAPISpec(t).check(req, body, resp.StatusCode, resp.Header, b); err != nil {
+		t.Errorf("OpenAPI: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	if resp, b, _ := submit(); resp.StatusCode != http.StatusCreated {
+		t.Errorf("submission once the lock is free: %d %s", resp.StatusCode, b)
 	}
 }

@@ -457,6 +457,23 @@ func (db *DB) commit(batch []*request) {
 // the same write may succeed once the storage is back.
 func IsStorageError(err error) bool { return storageError(err) }
 
+// IsBusy reports whether err is SQLite waiting in vain for a lock another
+// process holds (SQLITE_BUSY after the busy timeout, SQLITE_LOCKED): a
+// `baton token` command, a backup or an operator's sqlite3 session kept
+// the database's write lock for longer than the timeout. Nothing of the
+// write was kept; the same write may succeed once the lock is let go.
+func IsBusy(err error) bool {
+	var se *driver.Error
+	if err == nil || !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
 // storageError reports whether err is SQLite failing to store: a full disk
 // (or database), an I/O error, a read-only or unopenable file, corruption.
 func storageError(err error) bool {
