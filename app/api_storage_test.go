@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/sqlite"
 )
@@ -113,5 +114,58 @@ func TestAPIStoreLockedIsUnavailable(t *testing.T) {
 	}
 	if resp, b, _ := submit(); resp.StatusCode != http.StatusCreated {
 		t.Errorf("submission once the lock is free: %d %s", resp.StatusCode, b)
+	}
+}
+
+// Authenticating a request records the token's use (last_used_at), a
+// write; a read must not wait for it. With the database's write lock held
+// by another process, a list of operations is answered at once, not after
+// the busy timeout, and the use is recorded once the lock is free.
+func TestAPIReadDoesNotWaitForTokenUse(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	ctx := context.Background()
+	other, err := sql.Open("sqlite", srv.db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", srv.URL()+"/v1/operations", nil)
+	req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK || took > 3*time.Second {
+		t.Errorf("a list while another process holds the write lock: %d after %v %s", resp.StatusCode, took, b)
+	}
+	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		if err := srv.db.QueryRow(ctx, `SELECT COUNT(*) FROM api_tokens WHERE last_used_at IS NOT NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the token's use was never recorded")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

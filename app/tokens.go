@@ -169,6 +169,10 @@ type TokenStore struct {
 	// before a revocation committed must not cache what it read after the
 	// revocation cleared the cache.
 	revocations uint64
+
+	// touching holds the IDs of the tokens whose use is being recorded
+	// (touch in the background): one write in flight per token.
+	touching sync.Map
 }
 
 // tokenCacheEntry is what Authenticate learned about one hash: a principal,
@@ -433,9 +437,23 @@ func (s *TokenStore) authenticate(ctx context.Context, token string) (Principal,
 		return Principal{}, err
 	}
 	if lastUsed.IsZero() || now.Sub(lastUsed) >= tokenLastUsedResolution {
-		s.touch(ctx, p.TokenID, now)
+		s.touchLater(p.TokenID, now)
 	}
 	return *p, nil
+}
+
+// touchLater records the token's use in the background: the request it
+// authenticates, a read as often as not, must not wait for a write (for
+// the writer's queue, or for the busy timeout while another process holds
+// the database's lock). At most one such write per token is in flight.
+func (s *TokenStore) touchLater(id int64, now time.Time) {
+	if _, busy := s.touching.LoadOrStore(id, struct{}{}); busy {
+		return
+	}
+	go func() {
+		defer s.touching.Delete(id)
+		s.touch(context.Background(), id, now)
+	}()
 }
 
 // lookup reads the token with this hash.
@@ -508,13 +526,13 @@ func (s *TokenStore) remember(hash [sha256.Size]byte, p *Principal, err error, n
 
 // touch records that the token was used. It is written at most once per
 // tokenLastUsedResolution per token and only on a cache miss; a failure is
-// logged, never the request's problem.
+// logged, never the request's problem (a server stopping is no failure).
 func (s *TokenStore) touch(ctx context.Context, id int64, now time.Time) {
 	err := s.db.Write(ctx, func(tx *sqlite.Tx) error {
 		_, err := tx.Exec(`UPDATE api_tokens SET last_used_at = ? WHERE id = ?`, now.UnixMicro(), id)
 		return err
 	})
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, sqlite.ErrClosed) {
 		s.log.Warn("recording token use failed", zap.String("event", "token_touch_failed"), zap.Int64("tokenId", id), zap.Error(err))
 	}
 }
