@@ -305,7 +305,13 @@ func (db *DB) Close() error {
 			v.(*sql.Stmt).Close()
 			return true
 		})
-		// A last full checkpoint leaves the database file complete.
+		// A last full checkpoint leaves the database file complete, if it
+		// can be had at once. Without waiting: another process may have
+		// the file open (the server, while `baton token` or `baton
+		// backup` closes), and a TRUNCATE checkpoint that waits for its
+		// readers blocks its writers all the while, for up to the busy
+		// timeout. Whoever closes the file last checkpoints it anyway.
+		_, _ = db.ckpt.Exec(`PRAGMA busy_timeout = 0`)
 		_, _ = db.ckpt.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
 		err = errors.Join(db.reader.Close(), db.writer.Close(), db.ckpt.Close())
 	})
