@@ -59,7 +59,9 @@ func (d *tokenDataDir) open(ctx context.Context, create bool) (*app.TokenStore, 
 	// time under heavy load; wait for a turn longer than a server would.
 	db, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: time.Minute})
 	if err != nil {
-		return nil, nil, err
+		// Name the file, as serve does: "file is not a database" or
+		// "schema version newer" is about this one.
+		return nil, nil, fmt.Errorf("database %s: %w", path, err)
 	}
 	s, err := app.NewTokenStore(db, app.TokenStoreConfig{CacheTTL: -1})
 	if err != nil {

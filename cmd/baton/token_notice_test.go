@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,5 +20,19 @@ func TestTokenCreateSaysWhenItCreatesADatabase(t *testing.T) {
 	r = cliRun(t, "", "token", "create", "--actor", "ci", "--all-installations", "--data", dir)
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("second create: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// token on a data directory whose database is damaged fails naming the
+// file, as serve does, so that the operator knows what to restore.
+func TestTokenNamesADamagedDatabase(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "baton.db")
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a database ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := cliRun(t, "", "token", "list", "--data", dir)
+	if r.code == 0 || !strings.Contains(r.stderr, "database "+path+": ") || !strings.Contains(r.stderr, "not a database") {
+		t.Fatalf("token list on a damaged database: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
