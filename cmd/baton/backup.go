@@ -35,7 +35,9 @@ baton.db-shm from the data directory, and put the copy in place as
 baton.db. The App's credentials (github-app.json and its key file) are
 not in the database: copy them once, they change only when the App is
 created again. The embedded JetStream store (nats/) need not be kept: the
-operations it was carrying are published again from the database.`,
+operations it was carrying are published again from the database (a dead
+letter among them runs again). See deploy/README.md, Backups, for what a
+restore gives back and what it does not.`,
 		Example: `  baton backup --data /var/lib/baton /backups/baton-$(date +%F).db`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
