@@ -101,6 +101,29 @@ type Config struct {
 	Logger *zap.Logger
 }
 
+// CheckListenAddr refuses an address for the embedded server's client
+// listener (Config.ListenAddr) that would expose it beyond what its owner
+// meant: the embedded server has no authentication.
+func CheckListenAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil // the server names what is wrong with it
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		// Every interface, public ones included, for a listener
+		// without authentication: anyone reaching the machine
+		// could read, take or delete the queue's messages.
+		return fmt.Errorf("%q listens on every interface, and the embedded server has no authentication: give a loopback or private address (127.0.0.1:4222)", addr)
+	}
+	if ip := net.ParseIP(host); ip == nil && strings.Trim(host, "0123456789.") == "" {
+		// "0", "127.1": not an address to Go, but the C resolver
+		// (inet_aton) reads them as 0.0.0.0 and 127.0.0.1, so what
+		// they listen on depends on how baton was built.
+		return fmt.Errorf("%q: %q is not an IP address: give one in full (127.0.0.1:4222) or a host name", addr, host)
+	}
+	return nil
+}
+
 // minDuplicateWindow is DESIGN.md's floor for the dedupe window.
 const minDuplicateWindow = 2 * time.Minute
 
@@ -125,17 +148,9 @@ func (c *Config) fill() error {
 		if c.CredentialsFile != "" || c.NKeySeedFile != "" || c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != "" {
 			errs = append(errs, errors.New("credentials and TLS files apply to an external server (URL)"))
 		}
-		if host, _, err := net.SplitHostPort(c.ListenAddr); c.ListenAddr != "" && err == nil {
-			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-				// Every interface, public ones included, for a listener
-				// without authentication: anyone reaching the machine
-				// could read, take or delete the queue's messages.
-				errs = append(errs, fmt.Errorf("ListenAddr %q listens on every interface, and the embedded server has no authentication: give a loopback or private address (127.0.0.1:4222)", c.ListenAddr))
-			} else if ip == nil && strings.Trim(host, "0123456789.") == "" {
-				// "0", "127.1": not an address to Go, but the C resolver
-				// (inet_aton) reads them as 0.0.0.0 and 127.0.0.1, so what
-				// they listen on depends on how baton was built.
-				errs = append(errs, fmt.Errorf("ListenAddr %q: %q is not an IP address: give one in full (127.0.0.1:4222) or a host name", c.ListenAddr, host))
+		if c.ListenAddr != "" {
+			if err := CheckListenAddr(c.ListenAddr); err != nil {
+				errs = append(errs, fmt.Errorf("ListenAddr %w", err))
 			}
 		}
 	} else {

@@ -363,6 +363,9 @@ func (o *serveOptions) config() (app.Config, error) {
 	default:
 		return cfg, fmt.Errorf("--nats-sync must be default or always, not %q", o.natsSync)
 	}
+	if err := o.natsFlagsAgree(); err != nil {
+		return cfg, err
+	}
 	if o.privateKey != "" {
 		b, err := readSecretFile("private-key", o.privateKey)
 		if err != nil {
@@ -396,6 +399,48 @@ func (o *serveOptions) config() (app.Config, error) {
 		return cfg, errors.New("--app-id needs --private-key and --webhook-secret (or --webhook-secret-file)")
 	}
 	return cfg, nil
+}
+
+// natsFlagsAgree refuses the queue flags that do not go together, naming
+// the flags (a usage error, exit 2) rather than leaving them to the queue,
+// which would refuse them only once the start is under way, naming its
+// own settings.
+func (o *serveOptions) natsFlagsAgree() error {
+	if o.natsURL == "" {
+		if o.natsReplicas != 1 {
+			return fmt.Errorf("--nats-replicas %d needs an external cluster (--nats): the embedded server holds one replica", o.natsReplicas)
+		}
+		for _, f := range []struct{ flag, value string }{
+			{"--nats-creds", o.natsCreds}, {"--nats-nkey", o.natsNKey},
+			{"--nats-tls-ca", o.natsTLSCA}, {"--nats-tls-cert", o.natsTLSCert}, {"--nats-tls-key", o.natsTLSKey},
+		} {
+			if f.value != "" {
+				return fmt.Errorf("%s applies to an external server (--nats), not to the embedded one", f.flag)
+			}
+		}
+		if o.natsListen != "" {
+			if _, _, err := net.SplitHostPort(o.natsListen); err != nil {
+				return fmt.Errorf("--nats-listen must be HOST:PORT, not %q", o.natsListen)
+			}
+			if err := queue.CheckListenAddr(o.natsListen); err != nil {
+				return fmt.Errorf("--nats-listen %w", err)
+			}
+		}
+	} else {
+		if o.natsListen != "" {
+			return errors.New("--nats-listen applies to the embedded server, not to an external one (--nats)")
+		}
+		if o.natsSync == "always" {
+			return errors.New("--nats-sync always applies to the embedded server; with --nats, configure sync on the external server")
+		}
+	}
+	if o.natsCreds != "" && o.natsNKey != "" {
+		return errors.New("--nats-creds and --nats-nkey are exclusive: give one")
+	}
+	if (o.natsTLSCert == "") != (o.natsTLSKey == "") {
+		return errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	return nil
 }
 
 // mergeQueue reads the merge queue's flags; app.NewServer refuses the

@@ -225,11 +225,61 @@ func TestServeFlagBounds(t *testing.T) {
 	// The bounds themselves are accepted.
 	o := &serveOptions{}
 	if err := serveCmd(o).Flags().Parse([]string{"--workers", "1", "--lease-ttl", "3s", "--ack-wait", "4s", "--nats-replicas", "5",
-		"--sqlite-synchronous", "normal", "--github-url", "https://ghes.example.com/api/v3/", "--public-url", "https://baton.example.com"}); err != nil {
+		"--nats", "nats://10.0.0.5:4222", "--sqlite-synchronous", "normal", "--github-url", "https://ghes.example.com/api/v3/", "--public-url", "https://baton.example.com"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.config(); err != nil {
 		t.Errorf("the bounds: %v", err)
+	}
+}
+
+// The queue's flags that do not go together (an embedded server's with
+// --nats, an external server's without it, --nats-listen on every
+// interface) are a bad value like any other: exit 2 before anything opens,
+// naming the flags, and the variable a value came from, as
+// deploy/ENVIRONMENT.md says; not exit 1 from the queue halfway through the
+// start, naming its Go settings (Replicas, ListenAddr).
+func TestServeQueueFlagsDisagree(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  [2]string
+		want string
+	}{
+		{[]string{"--nats-replicas", "3"}, [2]string{}, "--nats-replicas 3 needs an external cluster (--nats)"},
+		{nil, [2]string{"BATON_NATS_REPLICAS", "3"}, "--nats-replicas from BATON_NATS_REPLICAS"},
+		{[]string{"--nats-listen", "0.0.0.0:4222"}, [2]string{}, "--nats-listen \"0.0.0.0:4222\" listens on every interface"},
+		{nil, [2]string{"BATON_NATS_LISTEN", ":4222"}, "--nats-listen from BATON_NATS_LISTEN"},
+		{[]string{"--nats-listen", "4222"}, [2]string{}, "--nats-listen must be HOST:PORT"},
+		{[]string{"--nats-listen", "127.0.0.1:4222", "--nats", "nats://10.0.0.5:4222"}, [2]string{}, "--nats-listen applies to the embedded server"},
+		{[]string{"--nats-sync", "always", "--nats", "nats://10.0.0.5:4222"}, [2]string{}, "--nats-sync always applies to the embedded server"},
+		{[]string{"--nats-creds", keyFile}, [2]string{}, "--nats-creds applies to an external server (--nats)"},
+		{[]string{"--nats-tls-ca", keyFile}, [2]string{}, "--nats-tls-ca applies to an external server (--nats)"},
+		{[]string{"--nats", "nats://10.0.0.5:4222", "--nats-creds", keyFile, "--nats-nkey", keyFile}, [2]string{}, "--nats-creds and --nats-nkey are exclusive"},
+		{[]string{"--nats", "nats://10.0.0.5:4222", "--nats-tls-key", keyFile}, [2]string{}, "--nats-tls-cert and --nats-tls-key go together"},
+	} {
+		t.Run(strings.Join(append(tc.args, tc.env[0]), " "), func(t *testing.T) {
+			if tc.env[0] != "" {
+				t.Setenv(tc.env[0], tc.env[1])
+			}
+			dir := filepath.Join(t.TempDir(), "data")
+			o := &serveOptions{}
+			cmd := serveCmd(o)
+			if err := cmd.Flags().Parse(append([]string{"--data", dir, "--listen", "127.0.0.1:0"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := runServe(cmd, o)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want exit 2 saying %q", err, tc.want)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the refused start made its data directory (%v)", err)
+			}
+		})
 	}
 }
 
