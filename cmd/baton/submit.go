@@ -51,7 +51,7 @@ The payload is JSON, given inline, as @FILE, or @- for stdin.
 ` + waitHelp + `
 
 Actions and their resources:
-  github.pulls.merge          pull_request:OWNER/REPO#N   {"sha", "method"?, "commitTitle"?}
+  github.pulls.merge          pull_request:OWNER/REPO#N   {"sha", "method"?, "commitTitle"?, "commitMessage"?}
   github.pulls.update_branch  pull_request:OWNER/REPO#N   {"expectedHeadSha"}
   github.issues.comment       issue:OWNER/REPO#N          {"body"}
   github.issues.add_labels    issue:OWNER/REPO#N          {"labels": [...]}
