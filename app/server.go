@@ -60,7 +60,8 @@ type Config struct {
 	// PreviousWebhookSecret is also accepted while rotating the secret.
 	PreviousWebhookSecret string
 	// Pacing spaces each installation's mutating requests as GitHub asks
-	// of integrators. Defaults to on; Dev turns it off.
+	// of integrators. Defaults to on, and to off with Dev; a value given is
+	// honoured with Dev too (to try pacing against the simulator).
 	Pacing *bool
 
 	// Queue configures JetStream (embedded by default). DataDir and
@@ -331,7 +332,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	// The executor.
 	pacing := cfg.Pacing == nil || *cfg.Pacing
-	if cfg.Dev {
+	if cfg.Dev && cfg.Pacing == nil {
 		pacing = false
 	}
 	s.exec, err = executor.New(executor.Config{

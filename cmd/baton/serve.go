@@ -34,14 +34,17 @@ func init() { register(newServeCmd) }
 // environment variable BATON_<FLAG> (upper case, dashes as underscores)
 // when it is not given on the command line.
 type serveOptions struct {
-	data, listen, publicURL                      string
-	dev                                          bool
-	githubURL, githubWebURL                      string
-	appID                                        int64
-	privateKey                                   string
-	webhookSecret, webhookSecretFile             string
-	previousWebhookSecret, previousSecretFile    string
-	pacing                                       string
+	data, listen, publicURL                   string
+	dev                                       bool
+	githubURL, githubWebURL                   string
+	appID                                     int64
+	privateKey                                string
+	webhookSecret, webhookSecretFile          string
+	previousWebhookSecret, previousSecretFile string
+	pacing                                    string
+	// pacingGiven is whether --github-pacing (or its variable) was given:
+	// without it, --dev runs unpaced.
+	pacingGiven                                  bool
 	natsURL, natsListen, natsCreds, natsNKey     string
 	natsTLSCA, natsTLSCert, natsTLSKey, natsSync string
 	natsReplicas                                 int
@@ -127,7 +130,7 @@ signal while baton is still starting stops the start, with exit 0 too.`,
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the App's webhook secret")
 	f.StringVar(&o.previousWebhookSecret, "previous-webhook-secret", "", "a second webhook secret accepted while rotating (prefer --previous-webhook-secret-file)")
 	f.StringVar(&o.previousSecretFile, "previous-webhook-secret-file", "", "file holding a second webhook secret accepted while rotating")
-	f.StringVar(&o.pacing, "github-pacing", "on", "pace each installation's mutating requests as GitHub asks (on|off; --dev: off)")
+	f.StringVar(&o.pacing, "github-pacing", "on", "pace each installation's mutating requests as GitHub asks (on|off; with --dev off unless given)")
 	f.StringVar(&o.natsURL, "nats", "", "external NATS server or cluster URL(s); default: embedded")
 	f.StringVar(&o.natsListen, "nats-listen", "", "let the embedded NATS server accept clients on this address, loopback or private: it has no authentication (e.g. 127.0.0.1:4222)")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (external server)")
@@ -212,6 +215,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	if err := envFlags(cmd.Flags()); err != nil {
 		return cliUsage(err)
 	}
+	o.noteGiven(cmd.Flags())
 	cfg, err := o.config()
 	if err != nil {
 		return envUsage(err, env)
@@ -270,6 +274,12 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// noteGiven records which flags were given (on the command line or by
+// their variables, once envFlags has run) where config needs to know.
+func (o *serveOptions) noteGiven(fs *pflag.FlagSet) {
+	o.pacingGiven = fs.Changed("github-pacing")
 }
 
 func (o *serveOptions) config() (app.Config, error) {
@@ -355,6 +365,9 @@ func (o *serveOptions) config() (app.Config, error) {
 		cfg.Pacing = &off
 	default:
 		return cfg, fmt.Errorf("--github-pacing must be on or off, not %q", o.pacing)
+	}
+	if o.dev && !o.pacingGiven {
+		cfg.Pacing = nil // the server's default: off with --dev
 	}
 	switch o.natsSync {
 	case "default", "":

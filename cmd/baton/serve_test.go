@@ -550,3 +550,46 @@ func TestServeSignalWhileStarting(t *testing.T) {
 		t.Fatal("serve did not stop after SIGTERM")
 	}
 }
+
+// --dev runs unpaced unless --github-pacing (or BATON_GITHUB_PACING) is
+// given: then the value given reaches the server, as the flag's help says.
+func TestServeDevPacingFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string // "" for the server's default
+	}{
+		{[]string{"--dev"}, "", ""},
+		{[]string{"--dev", "--github-pacing", "on"}, "", "true"},
+		{[]string{"--dev", "--github-pacing", "off"}, "", "false"},
+		{[]string{"--dev"}, "on", "true"},
+		{nil, "", "true"},
+		{[]string{"--github-pacing", "off"}, "", "false"},
+	} {
+		t.Run(strings.Join(tc.args, " ")+" "+tc.env, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("BATON_GITHUB_PACING", tc.env)
+			}
+			o := &serveOptions{}
+			cmd := serveCmd(o)
+			if err := cmd.Flags().Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := envFlags(cmd.Flags()); err != nil {
+				t.Fatal(err)
+			}
+			o.noteGiven(cmd.Flags())
+			cfg, err := o.config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if cfg.Pacing != nil {
+				got = strconv.FormatBool(*cfg.Pacing)
+			}
+			if got != tc.want {
+				t.Errorf("Pacing = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
