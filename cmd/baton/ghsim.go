@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -129,6 +131,17 @@ func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	retryAfter, err := ghsim.ParseRetryAfter(o.secondaryRetryAfter)
 	if err != nil {
 		return cliUsage(fmt.Errorf("--secondary-retry-after: %w", err))
+	}
+	if o.appID < 1 {
+		// The simulator would take 0 for its default, 1.
+		return cliUsage(fmt.Errorf("--app-id must be positive, not %d", o.appID))
+	}
+	host, _, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return cliUsage(fmt.Errorf("--listen must be HOST:PORT, not %q", o.listen))
+	}
+	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+		return cliUsage(fmt.Errorf("--listen must be a loopback address (127.0.0.1, ::1 or localhost): the admin API has no authentication; not %q", o.listen))
 	}
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {

@@ -304,6 +304,10 @@ func TestGhsimUsageErrors(t *testing.T) {
 		{"--token-ttl", "0"},
 		{"--secondary-limit", "-3"},
 		{"--secondary-limit", "10", "--secondary-window", "0"},
+		{"--app-id", "0"},
+		{"--app-id", "-3"},
+		{"--listen", "0.0.0.0:0"},
+		{"--listen", "nowhere"},
 	} {
 		dir := filepath.Join(t.TempDir(), "ghsim")
 		args := append([]string{"ghsim", "--listen", "127.0.0.1:0", "--dir", dir}, args...)
