@@ -11,6 +11,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -591,5 +592,52 @@ func TestServeDevPacingFlag(t *testing.T) {
 				t.Errorf("Pacing = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The defaults deploy/ENVIRONMENT.md gives are the flags' own: a default
+// changed in the code cannot leave the reference behind.
+func TestServeEnvironmentReferenceDefaults(t *testing.T) {
+	ref, err := os.ReadFile(filepath.Join("..", "..", "deploy", "ENVIRONMENT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // flag name → its row's default column
+	for _, line := range strings.Split(string(ref), "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.Contains(cols[1], "`BATON_") {
+			continue
+		}
+		for _, name := range regexp.MustCompile("`--([a-z0-9-]+)`").FindAllStringSubmatch(cols[2], -1) {
+			rows[name[1]] = cols[3]
+		}
+	}
+	tick := regexp.MustCompile("`([^`]*)`")
+	checked := 0
+	newServeCmd().Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" || f.DefValue == "" || f.DefValue == "0" {
+			return // no default of its own: the table says what stands in
+		}
+		col, ok := rows[f.Name]
+		if !ok {
+			t.Errorf("deploy/ENVIRONMENT.md has no row for --%s", f.Name)
+			return
+		}
+		checked++
+		for _, m := range tick.FindAllStringSubmatch(col, -1) {
+			if m[1] == f.DefValue {
+				return
+			}
+			if f.Value.Type() == "duration" {
+				want, _ := time.ParseDuration(f.DefValue)
+				if got, err := time.ParseDuration(m[1]); err == nil && got == want {
+					return
+				}
+			}
+		}
+		t.Errorf("deploy/ENVIRONMENT.md gives --%s the default %q; the flag's is %q", f.Name, strings.TrimSpace(col), f.DefValue)
+	})
+	if checked < 15 {
+		t.Fatalf("only %d defaults checked", checked)
 	}
 }
