@@ -169,3 +169,22 @@ func TestAPIReadDoesNotWaitForTokenUse(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The routes that write to the store may answer 503 when it cannot keep
+// writes (above), and the API's description says so, for clients
+// generated from it.
+func TestOpenAPIDescribesStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	spec := loadAPISpec(t)
+	for _, path := range []string{"/v1/operations", "/v1/operations/{id}/cancel",
+		"/v1/leases/{key}/acquire", "/v1/leases/{key}/renew", "/v1/leases/{key}/release"} {
+		item := spec.doc.Paths.Value(path)
+		if item == nil || item.Post == nil {
+			t.Errorf("POST %s is not described", path)
+			continue
+		}
+		if item.Post.Responses.Status(http.StatusServiceUnavailable) == nil {
+			t.Errorf("POST %s: no 503 described", path)
+		}
+	}
+}
