@@ -202,7 +202,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
 	}
-	if cfg.Dev && !loopbackHost(host) {
+	if cfg.Dev && !LoopbackHost(host) {
 		// --dev prints an admin token and writes it to dev.json: it is
 		// for one machine, and promises nothing beyond the loopback
 		// interface.
@@ -211,10 +211,10 @@ func NewServer(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
 }
 
-// loopbackHost reports whether a listen address's host is a loopback
+// LoopbackHost reports whether a listen address's host is a loopback
 // interface: "localhost" or a loopback IP (an empty host is every
 // interface).
-func loopbackHost(host string) bool {
+func LoopbackHost(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}

@@ -81,8 +81,9 @@ does not (operations wait in the queue).
 installation 1 and repository octo/demo (pull requests #1–#3, issues
 #10–#12, branch main), creates an admin token (revoking the one the
 previous --dev start printed), writes <data>/dev.json and prints commands
-to try. Nothing leaves the loopback interface: with --dev,
---listen must be a loopback address (127.0.0.1, ::1 or localhost). A data
+to try. Nothing leaves the loopback interface: with --dev, --listen (and
+--nats-listen, if given) must be a loopback address (127.0.0.1, ::1 or
+localhost). A data
 directory is --dev's (it has dev.json) or GitHub's, never both: baton
 refuses to start on the other kind, whose operations and tokens are not
 this run's.
@@ -437,6 +438,11 @@ func (o *serveOptions) natsFlagsAgree() error {
 			}
 			if err := queue.CheckListenAddr(o.natsListen); err != nil {
 				return fmt.Errorf("--nats-listen %w", err)
+			}
+			// --dev promises nothing beyond the loopback interface, and
+			// the embedded server has no authentication.
+			if host, _, _ := net.SplitHostPort(o.natsListen); o.dev && !app.LoopbackHost(host) {
+				return fmt.Errorf("--nats-listen %q: with --dev, nothing listens beyond the loopback interface (127.0.0.1, ::1 or localhost)", o.natsListen)
 			}
 		}
 	} else {
