@@ -68,20 +68,7 @@ func TestAPIStoreFullIsUnavailable(t *testing.T) {
 func TestAPIStoreLockedIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, Config{Dev: true})
-	ctx := context.Background()
-	other, err := sql.Open("sqlite", srv.db.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := holdWriteLock(t, srv)
 	body, _ := json.Marshal(map[string]any{"idempotencyKey": "locked-1", "action": "github.issues.comment",
 		"resource": map[string]string{"type": "issue", "id": "octo/demo#10"},
 		"payload":  map[string]string{"body": "hello"}})
@@ -109,9 +96,7 @@ func TestAPIStoreLockedIsUnavailable(t *testing.T) {
 	if err := loadAPISpec(t).check(req, body, resp.StatusCode, resp.Header, b); err != nil {
 		t.Errorf("OpenAPI: %v", err)
 	}
-	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	if resp, b, _ := submit(); resp.StatusCode != http.StatusCreated {
 		t.Errorf("submission once the lock is free: %d %s", resp.StatusCode, b)
 	}
@@ -124,20 +109,7 @@ func TestAPIStoreLockedIsUnavailable(t *testing.T) {
 func TestAPIReadDoesNotWaitForTokenUse(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, Config{Dev: true})
-	ctx := context.Background()
-	other, err := sql.Open("sqlite", srv.db.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
+	unlock := holdWriteLock(t, srv)
 	req, _ := http.NewRequest("GET", srv.URL()+"/v1/operations", nil)
 	req.Header.Set("Authorization", "Bearer "+srv.Dev().Token)
 	start := time.Now()
@@ -151,13 +123,11 @@ func TestAPIReadDoesNotWaitForTokenUse(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || took > 3*time.Second {
 		t.Errorf("a list while another process holds the write lock: %d after %v %s", resp.StatusCode, took, b)
 	}
-	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var n int
-		if err := srv.db.QueryRow(ctx, `SELECT COUNT(*) FROM api_tokens WHERE last_used_at IS NOT NULL`).Scan(&n); err != nil {
+		if err := srv.db.QueryRow(context.Background(), `SELECT COUNT(*) FROM api_tokens WHERE last_used_at IS NOT NULL`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -185,6 +155,32 @@ func TestOpenAPIDescribesStoreUnavailable(t *testing.T) {
 		}
 		if item.Post.Responses.Status(http.StatusServiceUnavailable) == nil {
 			t.Errorf("POST %s: no 503 described", path)
+		}
+	}
+}
+
+// holdWriteLock takes the database's write lock from another connection,
+// as another process (an operator's sqlite3, a baton token command)
+// would, until the returned function (or the test's end) lets it go.
+func holdWriteLock(t *testing.T, srv *Server) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := sql.Open("sqlite", srv.db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
