@@ -111,21 +111,8 @@ func TestConsumerHoldWithServerClockBehind(t *testing.T) {
 	b := startBroker(t, "")
 	rec := newRecorder()
 	rec.result = func(string, int) Result { return RetryAfter(100 * time.Millisecond) }
-	c, err := NewConsumer(b, ConsumerConfig{Handler: rec.handle, MaxHold: 200 * time.Millisecond,
-		FetchWait: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.now = func() time.Time { return time.Now().Add(time.Hour) } // the server an hour behind
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			t.Errorf("consumer stop: %v", err)
-		}
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxHold: 200 * time.Millisecond}, func(c *Consumer) {
+		c.now = func() time.Time { return time.Now().Add(time.Hour) } // the server an hour behind
 	})
 	dispatch(t, b, "waiting")
 	time.Sleep(2 * time.Second)

@@ -56,8 +56,9 @@ func startBroker(t testing.TB, dir string, mods ...func(*Config)) *Broker {
 }
 
 // startConsumer starts a consumer with test-friendly defaults (short
-// fetches and backoff) and stops it when the test ends.
-func startConsumer(t testing.TB, b *Broker, cfg ConsumerConfig) *Consumer {
+// fetches and backoff), after mods have changed it, and stops it when the
+// test ends.
+func startConsumer(t testing.TB, b *Broker, cfg ConsumerConfig, mods ...func(*Consumer)) *Consumer {
 	t.Helper()
 	if cfg.FetchWait == 0 {
 		cfg.FetchWait = 100 * time.Millisecond
@@ -68,6 +69,9 @@ func startConsumer(t testing.TB, b *Broker, cfg ConsumerConfig) *Consumer {
 	c, err := NewConsumer(b, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, mod := range mods {
+		mod(c)
 	}
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
