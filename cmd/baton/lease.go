@@ -290,6 +290,9 @@ type leaseRunOptions struct {
 	wait      bool
 	grace     time.Duration
 	pollEvery time.Duration
+	// ownOwner: the owner is this run's own (USER@HOST:PID), held by no
+	// other run.
+	ownOwner bool
 	*leaseOptions
 }
 
@@ -307,7 +310,9 @@ and BATON_LEASE_TOKEN (the fencing token, for systems that check it).
 CMD runs in its own process group, so that stopping it stops everything it
 started in that group; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton
 (Ctrl-C included) are passed on to that group; before CMD starts (while
-baton takes the lease, or waits for it) they stop baton, with status 128+N.
+baton takes the lease, or waits for it) they stop baton, with status 128+N,
+and a lease the server granted meanwhile is given back (with --owner, only
+one whose grant reached baton).
 
 On Linux, when stdin and stdout are baton's terminal (not in a
 pipeline), CMD has the terminal while baton is in its foreground: CMD can
@@ -362,6 +367,7 @@ The owner defaults to USER@HOST:PID, unique to this run.`,
 			}
 			if o.owner == "" && os.Getenv("BATON_LEASE_OWNER") == "" {
 				o.owner = fmt.Sprintf("%s:%d", defaultLeaseOwner(), os.Getpid())
+				o.ownOwner = true
 			}
 			if err := o.resolve(false); err != nil {
 				return err
@@ -416,15 +422,33 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 		if s != nil {
 			// The acquire was cut short: a signal asks baton to stop
 			// before CMD starts. A lease granted all the same is given
-			// back (an acquire whose answer was lost stays the server's
-			// until it expires).
+			// back: one whose grant came, and one whose answer did not
+			// come but that the server holds under this run's own owner
+			// (an acquire the server took before baton hung up). Under
+			// an --owner of the caller's choosing, such a lease cannot be
+			// told from another run's, and stays until it expires.
+			// A second signal stops baton without it (the server may not
+			// answer at all).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			go func() {
+				select {
+				case <-sigs:
+					cancel()
+				case <-rctx.Done():
+				}
+			}()
+			token := g.Token
+			if err != nil && o.ownOwner && client.CodeOf(err) != client.CodeLeaseHeld {
+				if st, cerr := c.CheckLease(rctx, key); cerr == nil && st.Locked && strings.HasSuffix(st.Owner, "/"+o.owner) {
+					token, err = st.Token, nil
+				}
+			}
 			if err == nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-				if err := c.ReleaseLease(rctx, key, o.owner, g.Token); err != nil {
+				if err := c.ReleaseLease(rctx, key, o.owner, token); err != nil {
 					fmt.Fprintf(stderr, "baton: releasing %s: %v\n", key, cliAPIError(err))
 				}
-				cancel()
 			}
+			cancel()
 			return 128 + int(s.(syscall.Signal)), fmt.Errorf("%s while taking the lease", s)
 		}
 		if err == nil {

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -28,6 +29,8 @@ type cliLeaseProxy struct {
 	hangRenewals atomic.Bool  // renewals wait for their client to give up
 	slowRenewals atomic.Int64 // renewals are passed on after this long (nanoseconds)
 	hangAcquires atomic.Bool  // acquires wait for their client to give up
+	muteAcquires atomic.Bool  // acquires are passed on, their answers kept until the client gives up
+	mutedGrants  atomic.Int64 // acquires passed on and granted under muteAcquires
 	acquires     atomic.Int64 // acquires received
 	renewals     atomic.Int64 // renewals received
 	mu           sync.Mutex
@@ -59,6 +62,18 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 		switch {
 		case strings.HasSuffix(r.URL.EscapedPath(), "/acquire") && p.hangAcquires.Load():
 			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-closing:
+			}
+			return
+		case strings.HasSuffix(r.URL.EscapedPath(), "/acquire") && p.muteAcquires.Load():
+			// The server takes the acquire; its answer is lost on the way.
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r.WithContext(context.WithoutCancel(r.Context())))
+			if rec.Code == http.StatusOK {
+				p.mutedGrants.Add(1)
+			}
 			select {
 			case <-r.Context().Done():
 			case <-closing:
@@ -217,6 +232,106 @@ func TestLeaseRunStopsOnASignalWhileAcquiring(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "interrupt while taking the lease") {
 		t.Errorf("stderr: %s", p.stderr)
+	}
+}
+
+// A signal that cuts short an acquire the server granted all the same
+// (its answer lost on the way, or not yet sent) leaves no lease behind:
+// the lease is held under an owner unique to this run, which baton finds
+// and gives back. Another run would otherwise find the lease held for the
+// whole TTL by a run that is gone.
+func TestLeaseRunSignalWhileAcquiringReleasesAGrantUnanswered(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	env := newCLIEnv(t, cliEnvOptions{})
+	proxy := newCLILeaseProxy(t, env.URL)
+	proxy.muteAcquires.Store(true)
+	const key = "issue:octo/demo#57"
+	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--ttl", "10m", "--", "sh", "-c", "echo ran")
+	cliEventually(t, 30*time.Second, "the server to grant the lease", func() bool { return proxy.mutedGrants.Load() > 0 })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 10*time.Second); code != 128+int(syscall.SIGINT) || p.stdout.String() != "" {
+		t.Errorf("exit %d, stdout %q, want %d and nothing; stderr: %s", code, p.stdout, 128+int(syscall.SIGINT), p.stderr)
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || st.Locked {
+		t.Errorf("the lease after baton stopped: %+v, %v; want it free", st, err)
+	}
+	// With an --owner of the caller's choosing, another run may hold the
+	// lease under it: baton leaves a lease it cannot tell from that one.
+	g, err := env.apiClient(t, env.alice).AcquireLease(context.Background(), key, "deploy", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.muteAcquires.Store(false)
+	proxy.hangAcquires.Store(true)
+	before := proxy.acquires.Load()
+	p = cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+		"lease", "run", key, "--owner", "deploy", "--", "sh", "-c", "echo ran")
+	cliEventually(t, 30*time.Second, "the acquire to reach the proxy", func() bool { return proxy.acquires.Load() > before })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 10*time.Second); code != 128+int(syscall.SIGINT) {
+		t.Errorf("exit %d, want %d; stderr: %s", code, 128+int(syscall.SIGINT), p.stderr)
+	}
+	if st, err := env.apiClient(t, env.alice).CheckLease(context.Background(), key); err != nil || !st.Locked || st.Token != g.Token {
+		t.Errorf("another run's lease under the same --owner: %+v, %v; want it still held (token %d)", st, err, g.Token)
+	}
+}
+
+// With a server that answers nothing at all, baton looks for a lease to
+// give back for a few seconds at most after a signal, and a second signal
+// stops it at once.
+func TestLeaseRunSecondSignalSkipsTheGiveBack(t *testing.T) {
+	t.Parallel()
+	bin := cliBuildBaton(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int64
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			conns = append(conns, c) // read nothing, answer nothing
+		}
+	}()
+	for _, second := range []bool{false, true} {
+		before := accepted.Load()
+		p := cliStartBaton(t, bin, []string{"BATON_SERVER=http://" + ln.Addr().String(), "BATON_TOKEN=baton_x"},
+			"lease", "run", "issue:octo/demo#58", "--", "sh", "-c", "echo ran")
+		cliEventually(t, 30*time.Second, "the acquire to be sent", func() bool { return accepted.Load() > before })
+		time.Sleep(100 * time.Millisecond)
+		if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		limit := 6 * time.Second
+		if second {
+			time.Sleep(200 * time.Millisecond)
+			if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			limit = time.Second
+		}
+		start := time.Now()
+		if code := p.wait(t, 30*time.Second); code != 128+int(syscall.SIGINT) || time.Since(start) > limit {
+			t.Errorf("second signal %t: exit %d after %s, want %d within %s; stderr: %s", second, code,
+				time.Since(start).Round(time.Millisecond), 128+int(syscall.SIGINT), limit, p.stderr)
+		}
 	}
 }
 
