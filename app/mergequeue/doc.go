@@ -169,7 +169,8 @@
 //	// q.HandleEvent with the delivery (ID, event, action, installation,
 //	// repository, payload), turning a *RetryError into app.RetryAfter and
 //	// ErrInvalidEvent into app.Permanent
-//	// the API: mount mergequeue.NewHandler(q, authorize) at /v1/repos/
+//	// the API: mount mergequeue.NewHandler(q, authorize) on each of
+//	// mergequeue.Routes(), behind the token check
 //	err = q.Start(ctx) // … q.Stop(ctx), before the database closes
 //
 // The App needs the permissions it already asks for (pull requests, issues

@@ -43,7 +43,9 @@ type AuditLogBody struct {
 // Every route answers 503 with Retry-After (code internal) when the store
 // cannot keep a write for want of storage, as the API's routes do.
 // The routes take no query parameters (a query string is invalid_request).
-// Mount it at /v1/repos/ behind the API's authentication. authorize is
+// Mount it behind the API's authentication on each of Routes() (app's
+// API.HandleAuthenticatedRoutes, so that a wrong method or an unknown path
+// under /v1/repos/ is answered before the token is asked for). authorize is
 // called for every request with a well-formed repository, before anything
 // is read: it returns who asks (the API token, as the reconcile spacing
 // tells callers apart) to allow the request, or an error carrying a code
