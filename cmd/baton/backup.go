@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +44,16 @@ restore gives back and what it does not.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := cliFirst(dataDir, os.Getenv("BATON_DATA"), "baton-data")
-			return backupDatabase(cmd.Context(), filepath.Join(dir, tokenDatabaseFile), args[0])
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			// Interrupted (Ctrl-C, a cron job's timeout), the backup
+			// removes what it had begun of FILE rather than die leaving
+			// a partial file that would pass for a copy.
+			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return backupDatabase(ctx, filepath.Join(dir, tokenDatabaseFile), args[0])
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data", "", "data directory of the server (env BATON_DATA; default ./baton-data)")
@@ -60,6 +71,11 @@ func backupDatabase(ctx context.Context, src, dst string) (err error) {
 	}
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("no baton database at %s (is --data right?)", src)
+	}
+	// VACUUM INTO reads its file name as a URI when it begins with
+	// "file:" (the connection takes URIs): an absolute path never does.
+	if dst, err = filepath.Abs(dst); err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
 	// VACUUM INTO writes into an empty file: made here, private, so that
 	// the copy of what clients asked of GitHub is no more readable than
@@ -83,7 +99,20 @@ func backupDatabase(ctx context.Context, src, dst string) (err error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
+	// The copy runs aside so that an interruption is answered at once,
+	// even while SQLite waits for a lock held elsewhere: the process
+	// ends with the removal of dst (deferred above), the copy with it.
+	copied := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst)
+		copied <- err
+	}()
+	select {
+	case err = <-copied:
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("backup: copy %s: %w", src, err)
 	}
 	// VACUUM INTO does not sync what it wrote.
