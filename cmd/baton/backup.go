@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -21,7 +23,7 @@ func init() { register(newBackupCmd) }
 func newBackupCmd() *cobra.Command {
 	var dataDir string
 	cmd := &cobra.Command{
-		Use:   "backup FILE",
+		Use:   "backup FILE|-",
 		Short: "Copy the database of a data directory, safely while the server runs",
 		Long: `Backup writes a consistent copy of the data directory's database (baton.db:
 every operation, lease, token, installation and delivery) to FILE, which
@@ -39,9 +41,14 @@ not in the database: copy them once, they change only when the App is
 created again. The embedded JetStream store (nats/) need not be kept: the
 operations it was carrying are published again from the database (a dead
 letter among them runs again). See deploy/README.md, Backups, for what a
-restore gives back and what it does not.`,
-		Example: `  baton backup --data /var/lib/baton /backups/baton-$(date +%F).db`,
-		Args:    cobra.ExactArgs(1),
+restore gives back and what it does not.
+
+FILE "-" writes the copy to standard output instead (not to a terminal),
+through a temporary file in the data directory removed at the end: for a
+container, whose volume would otherwise keep the copy.`,
+		Example: `  baton backup --data /var/lib/baton /backups/baton-$(date +%F).db
+  podman exec baton baton backup - > baton-$(date +%F).db`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := cliFirst(dataDir, os.Getenv("BATON_DATA"), "baton-data")
 			ctx := cmd.Context()
@@ -51,9 +58,22 @@ restore gives back and what it does not.`,
 			// Interrupted (Ctrl-C, a cron job's timeout), the backup
 			// removes what it had begun of FILE rather than die leaving
 			// a partial file that would pass for a copy.
-			ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+			// A signal the command was started ignoring (nohup, a
+			// background job's SIGINT) stays ignored: Notify would
+			// undo that.
+			sigs := []os.Signal{syscall.SIGTERM}
+			for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+				if !signal.Ignored(sig) {
+					sigs = append(sigs, sig)
+				}
+			}
+			ctx, stop := signal.NotifyContext(ctx, sigs...)
 			defer stop()
-			return backupDatabase(ctx, filepath.Join(dir, tokenDatabaseFile), args[0])
+			src := filepath.Join(dir, tokenDatabaseFile)
+			if args[0] == "-" {
+				return backupToStream(ctx, src, cmd.OutOrStdout())
+			}
+			return backupDatabase(ctx, src, args[0])
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data", "", "data directory of the server (env BATON_DATA; default ./baton-data)")
@@ -124,6 +144,54 @@ func backupDatabase(ctx context.Context, src, dst string) (err error) {
 		d.Close()
 	}
 	return checkDatabase(ctx, dst)
+}
+
+// backupToStream writes a copy of src to out, through a temporary file
+// beside src (the data directory is writable, and has room for the
+// database it holds) removed at the end.
+func backupToStream(ctx context.Context, src string, out io.Writer) error {
+	if f, ok := out.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return cliUsage(errors.New("backup -: standard output is a terminal; redirect it to a file"))
+		}
+	}
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("no baton database at %s (is --data right?)", src)
+	}
+	// A reader gone (| head) is a write error, not a death by SIGPIPE
+	// that would leave the temporary file behind.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(filepath.Dir(src), fmt.Sprintf(".backup-%x.db", rnd))
+	defer os.Remove(tmp)
+	if err := backupDatabase(ctx, src, tmp); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(out, ctxReader{ctx, f}); err != nil {
+		return fmt.Errorf("backup: write the copy to standard output: %w", err)
+	}
+	return nil
+}
+
+// ctxReader is r until ctx ends: an interrupted copy stops at once.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := context.Cause(c.ctx); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func syncFile(path string) error {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -94,5 +97,148 @@ func TestBackupInterruptedLeavesNoFile(t *testing.T) {
 			t.Errorf("%v: %s is left behind after an interrupted backup (%v), exit %d, stderr %q", sig, out, err, code, p.stderr.String())
 			os.Remove(out)
 		}
+	}
+}
+
+// backup - writes the copy to standard output (podman exec ... > FILE),
+// so that a container's volume does not keep a copy that its image, with
+// no shell, cannot remove and that the next run would refuse to replace;
+// the data directory is left as it was.
+func TestBackupToStandardOutput(t *testing.T) {
+	data := t.TempDir()
+	db, err := sqlite.Open(context.Background(), filepath.Join(data, tokenDatabaseFile), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(context.Background(), func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(`INSERT INTO api_tokens (hash, actor, created_at) VALUES (randomblob(32), 'ci', 1)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	before, _ := os.ReadDir(data)
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	for range 2 {
+		r := cliRun(t, "", "backup", "--data", data, "-")
+		if r.code != 0 {
+			t.Fatalf("backup -: exit %d, stderr %q", r.code, r.stderr)
+		}
+		out := filepath.Join(t.TempDir(), "copy.db")
+		if err := os.WriteFile(out, []byte(r.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cp, err := sql.Open("sqlite", out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = cp.QueryRow(`SELECT COUNT(*) FROM api_tokens`).Scan(&n)
+		cp.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("the copy on standard output (%d bytes): %d tokens, %v", len(r.stdout), n, err)
+		}
+	}
+	if ents, _ := os.ReadDir(cwd); len(ents) != 0 {
+		t.Errorf("backup - left %v in the working directory", ents)
+	}
+	if after, _ := os.ReadDir(data); len(after) != len(before) {
+		t.Errorf("the data directory held %v, and after backup - %v", before, after)
+	}
+}
+
+// backup - whose reader goes away (| head) fails, and leaves no temporary
+// file in the data directory: SIGPIPE does not kill it before it cleans up.
+func TestBackupToAClosedPipe(t *testing.T) {
+	bin := cliBuildBaton(t)
+	data := t.TempDir()
+	db, err := sqlite.Open(context.Background(), filepath.Join(data, tokenDatabaseFile), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(context.Background(), func(tx *sqlite.Tx) error {
+		_, err := tx.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 400)
+			INSERT INTO api_tokens (hash, actor, created_at) SELECT randomblob(32), hex(randomblob(500)), 1 FROM n`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	cmd := exec.Command(bin, "backup", "--data", data, "-")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 16)
+	if _, err := io.ReadFull(stdout, head); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Close()
+	err = cmd.Wait()
+	if err == nil {
+		t.Errorf("backup - to a closed pipe: exit 0")
+	}
+	ents, _ := os.ReadDir(data)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".backup-") {
+			t.Errorf("%s left in the data directory (%v, stderr %q)", e.Name(), err, stderr.String())
+		}
+	}
+}
+
+// backup started under nohup (SIGHUP ignored) goes on when the terminal
+// hangs up: the signals it is started ignoring stay ignored.
+func TestBackupUnderNohupSurvivesHangup(t *testing.T) {
+	bin := cliBuildBaton(t)
+	data := t.TempDir()
+	path := filepath.Join(data, tokenDatabaseFile)
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := context.Background()
+	c, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `INSERT INTO api_tokens (hash, actor, created_at) VALUES (randomblob(32), 'ci', 1)`} {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "copy.db")
+	p := cliStartBaton(t, "sh", nil, "-c", `trap "" HUP; exec "$0" "$@"`, bin, "backup", "--data", data, out)
+	time.Sleep(700 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-p.done:
+		t.Fatalf("backup under nohup ended on SIGHUP: exit %d, stderr %q", p.code, p.stderr.String())
+	default:
+	}
+	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	raw.Close()
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("backup: exit %d, stderr %q", code, p.stderr.String())
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Error(err)
 	}
 }
