@@ -82,8 +82,8 @@ installation 1 and repository octo/demo (pull requests #1–#3, issues
 #10–#12, branch main), creates an admin token (revoking the one the
 previous --dev start printed), writes <data>/dev.json and prints commands
 to try. Nothing leaves the loopback interface: with --dev, --listen (and
---nats-listen, if given) must be a loopback address (127.0.0.1, ::1 or
-localhost). A data
+--nats-listen or --nats, if given) must be a loopback address (127.0.0.1,
+::1 or localhost). A data
 directory is --dev's (it has dev.json) or GitHub's, never both: baton
 refuses to start on the other kind, whose operations and tokens are not
 this run's.
@@ -448,6 +448,20 @@ func (o *serveOptions) natsFlagsAgree() error {
 	} else {
 		if o.natsListen != "" {
 			return errors.New("--nats-listen applies to the embedded server, not to an external one (--nats)")
+		}
+		if o.dev {
+			// --dev promises nothing beyond the loopback interface; and
+			// a NATS shared with a real baton would have this one take
+			// that baton's operations off the shared consumer.
+			for _, u := range strings.Split(o.natsURL, ",") {
+				u = strings.TrimSpace(u)
+				if !strings.Contains(u, "://") {
+					u = "nats://" + u
+				}
+				if p, err := url.Parse(u); err != nil || !app.LoopbackHost(p.Hostname()) {
+					return fmt.Errorf("--nats %q: with --dev, baton talks to nothing beyond the loopback interface (a NATS server on 127.0.0.1, ::1 or localhost, or none: the embedded one)", o.natsURL)
+				}
+			}
 		}
 		if o.natsSync == "always" {
 			return errors.New("--nats-sync always applies to the embedded server; with --nats, configure sync on the external server")

@@ -256,6 +256,8 @@ func TestServeQueueFlagsDisagree(t *testing.T) {
 		{nil, [2]string{"BATON_NATS_LISTEN", ":4222"}, "--nats-listen from BATON_NATS_LISTEN"},
 		{[]string{"--nats-listen", "4222"}, [2]string{}, "--nats-listen must be HOST:PORT"},
 		{[]string{"--dev", "--nats-listen", "10.0.0.5:4222"}, [2]string{}, "with --dev, nothing listens beyond the loopback interface"},
+		{[]string{"--dev", "--nats", "nats://10.0.0.5:4222"}, [2]string{}, "with --dev, baton talks to nothing beyond the loopback interface"},
+		{[]string{"--dev"}, [2]string{"BATON_NATS", "nats://127.0.0.1:4222,nats.example.com:4222"}, "--nats from BATON_NATS"},
 		{[]string{"--nats-listen", "127.0.0.1:4222", "--nats", "nats://10.0.0.5:4222"}, [2]string{}, "--nats-listen applies to the embedded server"},
 		{[]string{"--nats-sync", "always", "--nats", "nats://10.0.0.5:4222"}, [2]string{}, "--nats-sync always applies to the embedded server"},
 		{[]string{"--nats-creds", keyFile}, [2]string{}, "--nats-creds applies to an external server (--nats)"},
