@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/schema"
 )
 
 const cliComment = `{"body": "hello from the CLI"}`
@@ -473,5 +475,58 @@ func TestCLIOperationIDChecked(t *testing.T) {
 		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "not an operation ID") {
 			t.Errorf("baton %q: %+v", args, r)
 		}
+	}
+}
+
+// A last error is GitHub's text (or that of whatever answers in its place)
+// and a result what the action got back: the human tables of status and
+// ops print their control characters as escapes, so that they can neither
+// drive the operator's terminal nor forge rows of the table. --json keeps
+// them as they are.
+func TestCLIEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := newCLIEnv(t, cliEnvOptions{})
+	r := env.as(t, env.alice, "submit", "--key", "esc", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10",
+		"--payload", cliComment, "--json")
+	var op client.Operation
+	cliDecodeJSON(t, r.stdout, &op)
+	// The operation fails as the executor records it, with what GitHub
+	// answered.
+	const hostile = "Validation Failed\x1b]0;owned\x07\x1b[2J\u009b1A\u202e\nstatus\tsucceeded"
+	rec, err := env.store.Get(ctx, op.OperationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec.Status, rec.StartedAt, rec.UpdatedAt = schema.StatusRunning, &now, now
+	if err := env.store.Save(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().UTC()
+	rec.Status, rec.Outcome, rec.CompletedAt, rec.UpdatedAt, rec.Attempts = schema.StatusFailed, schema.OutcomeFailed, &end, end, 1
+	rec.LastErrorCategory, rec.LastErrorMessage = "validation", hostile
+	rec.Result = json.RawMessage(`{"message":"a\u009bb"}`)
+	if err := env.store.Save(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+	r = env.as(t, env.alice, "status", op.OperationID)
+	if r.code != 0 {
+		t.Fatalf("status: %+v", r)
+	}
+	if i := strings.IndexFunc(r.stdout, func(c rune) bool { return c != '\n' && cliUnsafeRune(c) }); i >= 0 {
+		t.Errorf("status printed a control character (%q at %d):\n%q", r.stdout[i], i, r.stdout)
+	}
+	if n := len(regexp.MustCompile(`(?m)^status\s`).FindAllString(r.stdout, -1)); n != 1 {
+		t.Errorf("status printed %d status rows:\n%s", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `last error       validation: Validation Failed\x1b]0;owned\a\x1b[2J\u009b1A\u202e\nstatus\tsucceeded`) {
+		t.Errorf("the last error is not shown escaped:\n%s", r.stdout)
+	}
+	r = env.as(t, env.alice, "status", op.OperationID, "--json")
+	var got client.Operation
+	cliDecodeJSON(t, r.stdout, &got)
+	if got.LastErrorMessage != hostile {
+		t.Errorf("status --json: lastErrorMessage %q, want %q", got.LastErrorMessage, hostile)
 	}
 }

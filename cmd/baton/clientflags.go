@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -134,6 +136,34 @@ func cliPrintJSON(w io.Writer, v any) error {
 // cliTable returns a tabwriter for human tables.
 func cliTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
+// cliText makes s safe to print in a human table: control characters
+// (escape sequences, newlines, tabs, C1 controls) and bidirectional
+// overrides are written as Go escapes (\x1b, \n, \u202e). A last error's
+// message is GitHub's text, or that of whatever answers in its place, and
+// the result is what the action got back: printed as they came, an escape
+// sequence in them would drive the operator's terminal (retitle it, clear
+// it, rewrite the lines above), and a newline or tab would forge rows and
+// columns of the table.
+func cliText(s string) string {
+	if strings.IndexFunc(s, cliUnsafeRune) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if cliUnsafeRune(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func cliUnsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+}
+
 // cliTime formats a time for tables: RFC 3339 in UTC, or "-".
 func cliTime(t *time.Time) string {
 	if t == nil || t.IsZero() {
@@ -150,7 +180,7 @@ func cliPrintOperation(w io.Writer, op client.Operation, asJSON bool) error {
 	tw := cliTable(w)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s\t%s\n", k, cliText(v))
 		}
 	}
 	row("operation", op.OperationID)

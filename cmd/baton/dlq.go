@@ -70,7 +70,7 @@ func newDLQListCmd() *cobra.Command {
 			tw := cliTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "SEQ\tOPERATION\tFAILURES\tTIME\tREASON")
 			for _, d := range dls {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", d.Sequence, d.OperationID, d.Failures, cliTime(&d.Time), d.Reason)
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", d.Sequence, d.OperationID, d.Failures, cliTime(&d.Time), cliText(d.Reason))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -83,8 +83,8 @@ func runOps(ctx context.Context, o *opsOptions, stdout, stderr io.Writer) error 
 	tw := cliTable(stdout)
 	fmt.Fprintln(tw, "OPERATION\tSTATUS\tACTION\tRESOURCE\tACTOR\tATTEMPTS\tCREATED")
 	for _, op := range ops {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", op.OperationID, op.Status, op.Action, op.ResourceKey,
-			op.Actor, op.Attempts, op.MaxAttempts, cliTime(&op.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", cliText(op.OperationID), cliText(string(op.Status)), cliText(op.Action),
+			cliText(op.ResourceKey), cliText(op.Actor), op.Attempts, op.MaxAttempts, cliTime(&op.CreatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -18,7 +18,9 @@ the last error and the result.
 With --wait it first waits until the operation is terminal (succeeded,
 failed or cancelled); --wait=DURATION waits at most that long and then
 prints the operation as it stands. A non-admin token sees only its own
-actor's operations, on the installations it is bound to.
+actor's operations, on the installations it is bound to. The table shows
+control characters of what it prints (a last error in GitHub's words, say)
+as escapes such as \x1b or \n; --json gives the text as it is.
 
 ` + waitHelp,
 		Example: `  baton status 3f2a…c9
