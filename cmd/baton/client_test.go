@@ -530,3 +530,41 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 		t.Errorf("status --json: lastErrorMessage %q, want %q", got.LastErrorMessage, hostile)
 	}
 }
+
+// --wait=0s waits at most nothing, as --wait=DURATION says: the operation
+// as it stands and the exit status of its outcome so far, not a wait
+// without limit (a script that passes what is left of its time budget must
+// not hang once none is left).
+func TestCLIWaitZero(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	r := env.as(t, env.alice, "submit", "--key", "w0", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10",
+		"--payload", cliComment)
+	id := regexp.MustCompile(`(?m)^operation\s+([0-9a-f]{64})$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || id == nil {
+		t.Fatalf("submit: %+v", r)
+	}
+	for _, args := range [][]string{
+		{"status", id[1], "--wait=0s"},
+		{"status", id[1], "--wait=0"},
+		{"submit", "--key", "w0", "--action", "github.issues.comment", "--resource", "issue:octo/demo#10", "--payload", cliComment, "--wait=0s"},
+	} {
+		done := make(chan cliResult, 1)
+		go func() { done <- env.as(t, env.alice, args...) }()
+		select {
+		case r := <-done:
+			if r.code != exitStillRunning || !regexp.MustCompile(`(?m)^status\s+queued$`).MatchString(r.stdout) ||
+				!strings.Contains(r.stderr, "still queued") {
+				t.Errorf("%s: %+v", strings.Join(args, " "), r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still waits after 10s", strings.Join(args, " "))
+		}
+	}
+	if r := env.as(t, env.alice, "cancel", id[1]); r.code != 0 {
+		t.Fatalf("cancel: %+v", r)
+	}
+	if r := env.as(t, env.alice, "status", id[1], "--wait=0s"); r.code != exitNotSucceeded || !strings.Contains(r.stderr, "ended cancelled") {
+		t.Errorf("status --wait=0s of a cancelled operation: %+v", r)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,17 +227,19 @@ func cliPrintOperation(w io.Writer, op client.Operation, asJSON bool) error {
 }
 
 // cliOptionalDuration is a flag that may be given alone (--wait) or with a
-// value (--wait=2m): alone it means "no limit".
+// value (--wait=2m): alone it means "no limit"; --wait=0s waits for
+// nothing (the operation as it stands).
 type cliOptionalDuration struct {
-	set bool
-	d   time.Duration
+	set       bool
+	unlimited bool
+	d         time.Duration
 }
 
 func (o *cliOptionalDuration) String() string {
 	if !o.set {
 		return ""
 	}
-	if o.d == 0 {
+	if o.unlimited {
 		return "unlimited"
 	}
 	return o.d.String()
@@ -245,15 +248,24 @@ func (o *cliOptionalDuration) String() string {
 func (o *cliOptionalDuration) Set(s string) error {
 	o.set = true
 	if s == "" || s == "unlimited" {
-		o.d = 0
+		o.unlimited, o.d = true, 0
 		return nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
 		return fmt.Errorf("%q is not a duration such as 30s or 5m", s)
 	}
-	o.d = d
+	o.unlimited, o.d = false, d
 	return nil
+}
+
+// wait waits for operation id as the flag says: without limit, at most
+// its duration, or (--wait=0s) not at all.
+func (o *cliOptionalDuration) wait(ctx context.Context, c *client.Client, id string) (client.Operation, error) {
+	if !o.unlimited && o.d == 0 {
+		return c.Get(ctx, id)
+	}
+	return c.Wait(ctx, id, o.d)
 }
 
 func (o *cliOptionalDuration) Type() string { return "duration" }

@@ -16,8 +16,8 @@ func newStatusCmd() *cobra.Command {
 the last error and the result.
 
 With --wait it first waits until the operation is terminal (succeeded,
-failed or cancelled); --wait=DURATION waits at most that long and then
-prints the operation as it stands. A non-admin token sees only its own
+failed or cancelled); --wait=DURATION waits at most that long (--wait=0s
+not at all) and then prints the operation as it stands. A non-admin token sees only its own
 actor's operations, on the installations it is bound to. The table shows
 control characters of what it prints (a last error in GitHub's words, say)
 as escapes such as \x1b or \n; --json gives the text as it is.
@@ -33,7 +33,7 @@ as escapes such as \x1b or \n; --json gives the text as it is.
 				return err
 			}
 			if wait.set {
-				op, err := c.Wait(cmd.Context(), args[0], wait.d)
+				op, err := wait.wait(cmd.Context(), c, args[0])
 				if err != nil {
 					return cliAPIError(err)
 				}

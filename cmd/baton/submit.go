@@ -132,7 +132,7 @@ func runSubmit(ctx context.Context, o *submitOptions, stdin io.Reader, stdout, s
 		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same action, resource and payload")
 	}
 	if o.wait.set {
-		if op, err = c.Wait(ctx, op.OperationID, o.wait.d); err != nil {
+		if op, err = o.wait.wait(ctx, c, op.OperationID); err != nil {
 			return cliAPIError(err)
 		}
 		return cliWaitOutcome(stdout, op, o.json)
