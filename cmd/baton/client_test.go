@@ -121,8 +121,9 @@ func TestCLIOperations(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("status --wait did not end when the operation was cancelled")
 	}
-	if r := env.as(t, env.alice, "cancel", op.OperationID); r.code != 1 || !strings.Contains(r.stderr, "already_terminal") {
-		t.Errorf("cancel again: %+v", r)
+	if r := env.as(t, env.alice, "cancel", op.OperationID); r.code != 1 || !strings.Contains(r.stderr, "already_terminal") ||
+		strings.Count(r.stderr, op.OperationID) != 1 {
+		t.Errorf("cancel again (the operation named once): %+v", r)
 	}
 	if r := env.as(t, "", "ops"); r.code != 1 || !strings.Contains(r.stderr, "unauthorized") {
 		t.Errorf("no token: %+v", r)

@@ -119,7 +119,8 @@ func cliAPIError(err error) error {
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) && ce.Code != "" {
-		if id, ok := ce.Details["operationId"].(string); ok && id != "" {
+		// The operation is named once: some messages name it already.
+		if id, ok := ce.Details["operationId"].(string); ok && id != "" && !strings.Contains(ce.Message, id) {
 			return fmt.Errorf("%s (%s): operation %s", ce.Message, ce.Code, id)
 		}
 		return fmt.Errorf("%s (%s)", ce.Message, ce.Code)
