@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/go-github/v62/github"
@@ -81,6 +82,9 @@ type RecordWriter interface {
 // InstallationResolver says which installation covers a repository. An
 // error with code forbidden means baton may not act there (not installed,
 // suspended): the operation fails with category installation_unavailable.
+// So does one whose repository is now covered by another installation than
+// the one it was submitted for, unless the resolver is an AccountResolver
+// that says both are of one account (a reinstall): it runs on the new one.
 type InstallationResolver interface {
 	InstallationOf(ctx context.Context, owner, repo string) (int64, error)
 }
@@ -337,9 +341,40 @@ func (e *Executor) installation(ctx context.Context, rec *schema.Record, tg sche
 		return 0, nil, err
 	}
 	if rec.InstallationID != 0 && rec.InstallationID != id {
-		return 0, fmt.Errorf("repository %s moved from installation %d to %d", tg.FullName(), rec.InstallationID, id), nil
+		same, err := e.sameAccount(ctx, rec.InstallationID, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !same {
+			return 0, fmt.Errorf("repository %s moved from installation %d to %d", tg.FullName(), rec.InstallationID, id), nil
+		}
 	}
 	return id, nil, nil
+}
+
+// AccountResolver is what an InstallationResolver may also implement
+// (*app.Installations does): the installations of the GitHub accounts of
+// ids, ids included.
+type AccountResolver interface {
+	SameAccountInstallations(ctx context.Context, ids []int64) ([]int64, error)
+}
+
+// sameAccount says whether installation to is of the account of
+// installation from: the App was uninstalled from the account and
+// installed again (an account has one installation of an App at a time),
+// and an operation submitted for the first runs on the second, as the
+// tokens bound to the first act on it. A repository that went to another
+// account's installation (transferred) is not the same.
+func (e *Executor) sameAccount(ctx context.Context, from, to int64) (bool, error) {
+	ar, ok := e.installs.(AccountResolver)
+	if !ok {
+		return false, nil
+	}
+	ids, err := ar.SameAccountInstallations(ctx, []int64{from})
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(ids, to), nil
 }
 
 // maxProbeFailures is how many probes that could not tell (a 5xx, a
