@@ -70,7 +70,7 @@ type releaseLeaseRequest struct {
 
 // acquireLease is POST /v1/leases/{key}/acquire.
 func (a *API) acquireLease(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	key, err := a.leaseKey(r, p)
+	key, err := a.leaseKey(r, p, false)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (a *API) acquireLease(w http.ResponseWriter, r *http.Request, p *Principal)
 
 // renewLease is POST /v1/leases/{key}/renew.
 func (a *API) renewLease(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	key, err := a.leaseKey(r, p)
+	key, err := a.leaseKey(r, p, true)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (a *API) renewLease(w http.ResponseWriter, r *http.Request, p *Principal) e
 
 // releaseLease is POST /v1/leases/{key}/release.
 func (a *API) releaseLease(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	key, err := a.leaseKey(r, p)
+	key, err := a.leaseKey(r, p, true)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (a *API) releaseLease(w http.ResponseWriter, r *http.Request, p *Principal)
 
 // checkLease is GET /v1/leases/{key}.
 func (a *API) checkLease(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	key, err := a.leaseKey(r, p)
+	key, err := a.leaseKey(r, p, true)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,15 @@ func (a *API) checkLease(w http.ResponseWriter, r *http.Request, p *Principal) e
 // principal may act on, in canonical form (schema.ParseResourceKey: the
 // owner and repository in lower case), so that every spelling of a
 // repository's name is one lease, shared with the operations on it.
-func (a *API) leaseKey(r *http.Request, p *Principal) (string, error) {
+//
+// held is true for the routes about a lease that may be held already
+// (renew, release, check): they are also answered while the repository's
+// installation is suspended, to a principal that may learn it is: a lease
+// touches nothing at GitHub, and a holder refused its release would keep
+// the resource from the operations on it until the lease's TTL ran out,
+// also after the installation is unsuspended. A new lease is not granted
+// there.
+func (a *API) leaseKey(r *http.Request, p *Principal, held bool) (string, error) {
 	if _, err := apiQuery(r); err != nil {
 		return "", err
 	}
@@ -193,7 +201,11 @@ func (a *API) leaseKey(r *http.Request, p *Principal) (string, error) {
 		return "", err
 	}
 	if _, err := a.installationFor(r.Context(), p, target); err != nil {
-		return "", err
+		// installationFor answers ErrInstallationUnavailable only to a
+		// principal that may act on that installation.
+		if !held || !errors.Is(err, ErrInstallationUnavailable) {
+			return "", err
+		}
 	}
 	return res.Key(), nil
 }
