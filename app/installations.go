@@ -293,8 +293,9 @@ func (in *Installations) installationOf(ctx context.Context, owner, repo string,
 		return 0, schema.Errorf(schema.CodeForbidden, "baton is not installed on %s", full)
 	}
 	if a.suspended {
-		return 0, &schema.Error{Code: schema.CodeForbidden, Message: fmt.Sprintf("installation %d is suspended", a.id),
-			Err: &InstallationUnavailableError{ID: a.id, Reason: "suspended"}}
+		// Its code is forbidden, and its message says it once: an
+		// operation's record keeps the whole error.
+		return 0, &InstallationUnavailableError{ID: a.id, Reason: "suspended"}
 	}
 	return a.id, nil
 }

@@ -26,8 +26,7 @@ func wantInstallationOf(t *testing.T, ctx context.Context, in *Installations, ow
 		}
 		return
 	}
-	var se *schema.Error
-	if !errors.As(err, &se) || se.Code != schema.CodeForbidden || se.Message != wantMsg {
+	if schema.ErrorCode(err) != schema.CodeForbidden || schema.PublicMessage(err) != wantMsg || err.Error() != wantMsg {
 		t.Errorf("InstallationOf(%s/%s) = %d, %v; want forbidden %q", owner, repo, got, err, wantMsg)
 	}
 }
