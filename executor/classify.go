@@ -141,7 +141,14 @@ func Classify(err error, now time.Time) Classification {
 			}
 		case s == http.StatusNotFound || s == http.StatusForbidden || s == http.StatusUnauthorized:
 			// Removed or suspended installation, or the App lost access.
+			// The record says which, as far as GitHub does: its status
+			// alone ("403 Forbidden") leaves the user guessing.
 			c.Category = CategoryInstallationUnavailable
+			if s == http.StatusNotFound {
+				c.Message += " (the installation was removed, or the App cannot reach it)"
+			} else if m := strings.TrimSpace(msg); m != "" && len(m) <= 200 && !strings.ContainsAny(m, "\n<") {
+				c.Message += ": " + m
+			}
 		case s == http.StatusTooManyRequests:
 			// The exchange met a rate limit of the installation: every
 			// request of it waits, as for any other 429. No token was
