@@ -159,6 +159,12 @@ func NewEventDispatcher(cfg EventDispatcherConfig) (*EventDispatcher, error) {
 			Help: "Webhook deliveries the event dispatcher finished, by final state (handled or failed).",
 		}, []string{"state"}),
 	}
+	// Both series exist from the start, at 0: an alert on the increase of
+	// state="failed" sees the first failed delivery, which a series born
+	// at 1 would hide (increase over a series' first sample is 0).
+	for _, st := range []DeliveryState{DeliveryHandled, DeliveryFailed} {
+		d.handled.WithLabelValues(string(st))
+	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(d.handled); err != nil {
 			return nil, fmt.Errorf("app: register event dispatcher metrics: %w", err)

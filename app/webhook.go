@@ -129,6 +129,11 @@ func NewWebhookReceiver(cfg WebhookConfig) (*WebhookReceiver, error) {
 			Help: "Requests to the webhook endpoint, by outcome (accepted, duplicate, replayed, unauthorized, invalid, too_large, busy, error).",
 		}, []string{"outcome"}),
 	}
+	// Every outcome's series exists from the start, at 0, so that an
+	// alert on the increase of one (unauthorized, error) sees its first.
+	for _, o := range []string{"accepted", "duplicate", "replayed", "unauthorized", "invalid", "too_large", "busy", "error"} {
+		w.requests.WithLabelValues(o)
+	}
 	w.SetSecrets(cfg.Secret, cfg.PreviousSecret)
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(w.requests); err != nil {
