@@ -321,20 +321,25 @@ type pauses struct {
 
 func newPauses() *pauses { return &pauses{until: make(map[int64]time.Time)} }
 
-// set extends the installation's pause to until (never shortens it). It
-// also forgets the pauses that have ended by now: remaining does too, but
-// only for the installations still asked about (not an uninstalled one).
-func (p *pauses) set(inst int64, now, until time.Time) {
+// set extends the installation's pause to until (never shortens it) and
+// reports whether that began a pause (none was in force at now): what an
+// operator is told of, once, rather than of every extension. It also
+// forgets the pauses that have ended by now: remaining does too, but only
+// for the installations still asked about (not an uninstalled one).
+func (p *pauses) set(inst int64, now, until time.Time) (began bool) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for id, u := range p.until {
 		if !u.After(now) {
 			delete(p.until, id)
 		}
 	}
+	_, inForce := p.until[inst]
 	if until.After(p.until[inst]) {
 		p.until[inst] = until
+		return !inForce
 	}
-	p.mu.Unlock()
+	return false
 }
 
 // remaining returns how long the installation is still paused.

@@ -624,8 +624,7 @@ func (r *runner) probe(act action) (res Result, stop, again bool) {
 	r.rec.AppendAttempt(a)
 	r.rec.LastErrorCategory, r.rec.LastErrorMessage = cl.Category, cl.Message
 	if cl.PauseInstallation {
-		now := r.e.now()
-		r.e.pauses.set(r.inst, now, now.Add(cl.Wait))
+		r.pause(cl)
 		return Result{}, false, true
 	}
 	r.renewToken(&cl)
@@ -748,8 +747,7 @@ func (r *runner) attempt(act action, paced func()) (res Result, stop, ambiguous 
 	r.log.Info("attempt failed", zap.String(LogEvent, "attempt_failed"), zap.Int(LogAttempt, a.Number),
 		zap.String(LogErrorCategory, cl.Category), zap.Int("httpStatus", last.HTTPStatus), zap.Bool("retryable", cl.Retryable))
 	if cl.PauseInstallation {
-		now := e.now()
-		e.pauses.set(r.inst, now, now.Add(cl.Wait))
+		r.pause(cl)
 	}
 	if cl.RenewToken && cl.Retryable {
 		// GitHub refused the token, not the request, which was not
@@ -942,6 +940,20 @@ func (r *runner) finish(status schema.Status, result any, category, message stri
 		f(r.rec.Clone())
 	}
 	return Result{Kind: ResultDone, finished: true}
+}
+
+// pause holds every operation of the installation for the wait GitHub's
+// rate limit named. The pause's start is logged once, at Warn: all of an
+// installation's work stops, which an operator should hear of without
+// reading every attempt; an extension of a pause in force is not.
+func (r *runner) pause(cl Classification) {
+	now := r.e.now()
+	until := now.Add(cl.Wait)
+	if r.e.pauses.set(r.inst, now, until) {
+		r.log.Warn("installation paused by GitHub's rate limit; its operations wait",
+			zap.String(LogEvent, "installation_paused"), zap.Int64(LogInstallation, r.inst),
+			zap.String(LogErrorCategory, cl.Category), zap.Duration("wait", cl.Wait), zap.Time("until", until.UTC()))
+	}
 }
 
 func (r *runner) release() error {

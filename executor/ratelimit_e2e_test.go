@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/schema"
 )
@@ -166,5 +169,33 @@ func TestExchangeRefusedWithTheBudgetSpentIsNotAWait(t *testing.T) {
 	}
 	if a := got.AttemptLog[0]; a.HTTPStatus != 403 {
 		t.Errorf("first call %+v", a)
+	}
+}
+
+// A rate limit that pauses the whole installation says so, at Warn,
+// naming the installation: every operation of it waits, which an operator
+// should not have to piece together from the attempts logged at Info.
+func TestInstallationPauseIsLogged(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.InfoLevel)
+	s := newStack(t, stackOptions{logger: zap.New(core)})
+	if err := s.sim.SetLimits(ghsim.Limits{PrimaryLimit: 1, PrimaryWindow: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	first := s.submit(t, "spends-the-budget", schema.ActionComment, issue(10), `{"body":"one"}`)
+	if got := s.await(t, first.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("first: %s %s", got.Status, got.LastErrorMessage)
+	}
+	second := s.submit(t, "waits-for-the-reset", schema.ActionComment, issue(11), `{"body":"two"}`)
+	if got := s.await(t, second.OperationID, 20*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("second: %s %s", got.Status, got.LastErrorMessage)
+	}
+	paused := logs.FilterField(zap.String(LogEvent, "installation_paused")).All()
+	if len(paused) != 1 {
+		t.Fatalf("%d installation_paused lines, want 1: %+v", len(paused), paused)
+	}
+	e := paused[0]
+	if e.Level != zap.WarnLevel || e.ContextMap()[LogInstallation] != int64(1) {
+		t.Errorf("installation_paused at %s with %v, want Warn naming installation 1", e.Level, e.ContextMap())
 	}
 }
