@@ -147,6 +147,17 @@ func decodeAPIBody(r *http.Request, dst any) error {
 type apiStatusRecorder struct {
 	http.ResponseWriter
 	status int
+	// waited is set by a request that waited for an operation (?wait=):
+	// its time is the wait the client asked for, not how long baton took
+	// to answer, and it is left out of the duration histogram.
+	waited bool
+}
+
+// markWaited tells the metrics that the request waited on purpose.
+func markWaited(w http.ResponseWriter) {
+	if s, ok := w.(*apiStatusRecorder); ok {
+		s.waited = true
+	}
 }
 
 func (s *apiStatusRecorder) WriteHeader(code int) {
@@ -223,7 +234,9 @@ func (a *API) instrument(route string, h http.Handler) http.Handler {
 				class = 2
 			}
 			counters[class].Inc()
-			obs.Observe(time.Since(start).Seconds())
+			if !rec.waited {
+				obs.Observe(time.Since(start).Seconds())
+			}
 		}()
 		h.ServeHTTP(rec, r)
 	})

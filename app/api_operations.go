@@ -135,6 +135,7 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request, p *Principal)
 	}
 	if wait > 0 && !rec.Terminal() && dl == nil && a.startWait(p) {
 		defer a.endWait(p)
+		markWaited(w)
 		var done bool
 		rec, dl, done, err = a.waitTerminal(r, p, rec, wait)
 		if err != nil {
