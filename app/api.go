@@ -373,7 +373,12 @@ func (a *API) Handle(pattern string, h http.Handler) {
 // payload_too_large); other errors are h's own business (WriteAPIError
 // writes errors the way the API does). Call it before serving.
 func (a *API) HandleAuthenticated(pattern string, h http.Handler) {
-	a.mux.Handle(pattern, a.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a.mux.Handle(pattern, a.authenticated(h))
+}
+
+// authenticated is h behind the token check and the body limit.
+func (a *API) authenticated(h http.Handler) http.Handler {
+	return a.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.authenticate(r)
 		if err != nil {
 			a.writeError(w, r, err)
@@ -384,7 +389,7 @@ func (a *API) HandleAuthenticated(pattern string, h http.Handler) {
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), apiPrincipalKey{}, p)))
-	})))
+	}))
 }
 
 // HandleAuthenticatedRoutes mounts h behind the API's token check, as
@@ -401,7 +406,11 @@ func (a *API) HandleAuthenticatedRoutes(prefix string, routes []string, h http.H
 		if !ok {
 			panic("app: HandleAuthenticatedRoutes: route " + rt + " has no method")
 		}
-		a.HandleAuthenticated(rt, h)
+		// Counted and timed in the API's metrics as its own routes are,
+		// under the route's OpenAPI operationId.
+		name := openAPIOperationID(method, pattern)
+		a.metrics.add(name)
+		a.mux.Handle(rt, a.instrument(name, a.authenticated(h)))
 		if methods[pattern] == nil {
 			patterns = append(patterns, pattern)
 		}

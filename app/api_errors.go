@@ -186,8 +186,9 @@ func (s *apiStatusRecorder) Flush() {
 
 // apiMetrics are the API's Prometheus metrics.
 type apiMetrics struct {
-	requests *prometheus.CounterVec
-	duration map[string]prometheus.Observer
+	requests  *prometheus.CounterVec
+	durations *prometheus.HistogramVec
+	duration  map[string]prometheus.Observer
 	// byRoute caches the request counters of each route and status class.
 	byRoute map[string]*[6]prometheus.Counter
 }
@@ -209,16 +210,24 @@ func newAPIMetrics(reg prometheus.Registerer, routes []string) (*apiMetrics, err
 			}
 		}
 	}
-	m := &apiMetrics{requests: requests, duration: map[string]prometheus.Observer{}, byRoute: map[string]*[6]prometheus.Counter{}}
+	m := &apiMetrics{requests: requests, durations: duration, duration: map[string]prometheus.Observer{}, byRoute: map[string]*[6]prometheus.Counter{}}
 	for _, r := range routes {
-		m.duration[r] = duration.WithLabelValues(r)
-		var cs [6]prometheus.Counter
-		for class := 1; class <= 5; class++ {
-			cs[class] = requests.WithLabelValues(r, strconv.Itoa(class)+"xx")
-		}
-		m.byRoute[r] = &cs
+		m.add(r)
 	}
 	return m, nil
+}
+
+// add makes route's series (at 0), once.
+func (m *apiMetrics) add(route string) {
+	if m.byRoute[route] != nil {
+		return
+	}
+	m.duration[route] = m.durations.WithLabelValues(route)
+	var cs [6]prometheus.Counter
+	for class := 1; class <= 5; class++ {
+		cs[class] = m.requests.WithLabelValues(route, strconv.Itoa(class)+"xx")
+	}
+	m.byRoute[route] = &cs
 }
 
 // instrument counts and times the requests of one route.

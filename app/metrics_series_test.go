@@ -1,13 +1,17 @@
 package app
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/schema"
 )
 
 // The series an operator alerts on exist at 0 before the first event: a
@@ -88,5 +92,76 @@ func TestAPIWaitIsNotTimed(t *testing.T) {
 	}
 	if count != 1 || sum >= 0.3 {
 		t.Errorf("getOperation durations: %d observed, %.3fs in all; want the plain GET's alone", count, sum)
+	}
+}
+
+// The merge queue's routes are API routes (in openapi.json): they are
+// counted and timed in the API's metrics under their operationId, so an
+// alert on the API's 5xx sees theirs too.
+func TestMountedRoutesAreCounted(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	env.api.HandleAuthenticatedRoutes("/v1/repos/", mergequeue.Routes(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			env.api.WriteAPIError(w, r, errStoreUnavailable)
+			return
+		}
+		env.api.WriteAPIError(w, r, schema.Errorf(schema.CodeNotFound, "no queue"))
+	}))
+	for _, rq := range []struct {
+		method, path string
+		want         int
+	}{{"GET", "/v1/repos/octo/demo/queue", 404}, {"POST", "/v1/repos/octo/demo/queue/reconcile", 503}} {
+		req, err := http.NewRequest(rq.method, env.URL+rq.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+env.alice)
+		resp, err := env.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != rq.want {
+			t.Fatalf("%s %s: %d, want %d", rq.method, rq.path, resp.StatusCode, rq.want)
+		}
+	}
+	want := `
+# HELP baton_api_requests_total API requests answered, by route and status class (2xx, 4xx…).
+# TYPE baton_api_requests_total counter
+baton_api_requests_total{code="4xx",route="getMergeQueue"} 1
+baton_api_requests_total{code="5xx",route="reconcileMergeQueue"} 1
+`
+	mfs, err := env.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	got.WriteString("\n# HELP baton_api_requests_total API requests answered, by route and status class (2xx, 4xx…).\n# TYPE baton_api_requests_total counter\n")
+	for _, mf := range mfs {
+		if mf.GetName() != "baton_api_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetCounter().GetValue() == 0 {
+				continue
+			}
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if strings.Contains(labels["route"], "MergeQueue") {
+				fmt.Fprintf(&got, "baton_api_requests_total{code=%q,route=%q} %v\n", labels["code"], labels["route"], m.GetCounter().GetValue())
+			}
+		}
+	}
+	for _, rt := range mergequeue.Routes() {
+		method, pattern, _ := strings.Cut(rt, " ")
+		if openAPIOperationID(method, pattern) == "unknown" {
+			t.Errorf("%s has no operationId in openapi.json", rt)
+		}
+	}
+	if got.String() != want {
+		t.Errorf("merge queue routes in baton_api_requests_total:\n%s\nwant:%s", got.String(), want)
 	}
 }

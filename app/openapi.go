@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 )
 
@@ -28,3 +29,22 @@ func openAPIDocument() ([]byte, error) { return openAPIOnce() }
 // OpenAPIDocument returns the OpenAPI 3 description of the API, as
 // GET /v1/openapi.json serves it.
 func OpenAPIDocument() []byte { return openAPIJSON }
+
+// openAPIOperationID is the operationId openapi.json gives the route
+// (method and path pattern), for the API's metrics; "unknown" for a route
+// it does not describe (which the OpenAPI tests do not let pass).
+func openAPIOperationID(method, pattern string) string {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
+		return "unknown"
+	}
+	var op struct {
+		OperationID string `json:"operationId"`
+	}
+	if raw, ok := doc.Paths[pattern][strings.ToLower(method)]; ok && json.Unmarshal(raw, &op) == nil && op.OperationID != "" {
+		return op.OperationID
+	}
+	return "unknown"
+}
