@@ -63,7 +63,9 @@ until every accepted operation is terminal. It prints:
 
 Percentiles are nearest-rank. While waiting, a request that fails in
 transport (or with a 5xx or 429) is tried again a few times before the
-operation is counted unfinished.
+operation is counted unfinished. The report is printed in any case; bench
+exits 1 when a submit failed or an operation did not finish (the figures
+are not a clean run's), and 2 on bad flags.
 
 By default it comments on issues #10, #11 and #12 of octo/demo, which
 ` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin)
@@ -309,9 +311,37 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 		rep.endToEnd(terminal)
 	}
 	if o.json {
-		return cliPrintJSON(stdout, rep)
+		err = cliPrintJSON(stdout, rep)
+	} else {
+		err = printBenchReport(stdout, rep)
 	}
-	return printBenchReport(stdout, rep)
+	if err != nil {
+		return err
+	}
+	return rep.incomplete()
+}
+
+// incomplete is the error of a run whose figures do not cover what was
+// asked: submits that failed (the server refused them, or could not be
+// reached) or accepted operations not seen terminal. The report is
+// printed all the same; bench exits 1, so that a script does not publish
+// it as a clean run.
+func (r *BenchReport) incomplete() error {
+	errs := 0
+	for _, n := range r.SubmitErrors {
+		errs += n
+	}
+	var parts []string
+	if errs > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d submits failed", errs, r.SubmitRequests))
+	}
+	if r.Unfinished > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d operations did not finish", r.Unfinished, r.Submitted))
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return errors.New("the run is incomplete: " + strings.Join(parts, ", "))
 }
 
 func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

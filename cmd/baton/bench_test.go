@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strings"
 	"syscall"
@@ -134,15 +135,16 @@ func TestBenchWaitRetriesTransportErrors(t *testing.T) {
 }
 
 // The submit latency covers every request, the refused ones included: a
-// run whose every submit fails still reports how long they took.
+// run whose every submit fails still reports how long they took, and
+// exits 1.
 func TestBenchSubmitLatencyIncludesFailures(t *testing.T) {
 	t.Parallel()
 	env := newCLIEnv(t, cliEnvOptions{})
 	r := cliRun(t, "", "bench", "--action", "github.issues.add_labels", "--payload", `{"labels":[]}`,
 		"--resources", "issue:octo/demo#10", "--ops", "4", "--clients", "1", "--no-wait", "--json",
 		"--server", env.URL, "--token", env.alice)
-	if r.code != 0 {
-		t.Fatalf("bench: %+v", r)
+	if r.code != 1 || !strings.Contains(r.stderr, "4 of 4 submits failed") {
+		t.Fatalf("bench whose every submit failed: %+v", r)
 	}
 	var rep BenchReport
 	cliDecodeJSON(t, r.stdout, &rep)
@@ -152,5 +154,23 @@ func TestBenchSubmitLatencyIncludesFailures(t *testing.T) {
 	}
 	if rep.Submitted != 0 || errs != 4 || rep.SubmitRequests != 4 || rep.SubmitP50Ms <= 0 || rep.SubmitMaxMs < rep.SubmitP99Ms {
 		t.Errorf("bench report %+v", rep)
+	}
+}
+
+// A run whose submits fail (a server that cannot be reached, or refuses
+// them) prints its report and exits 1: its figures are not a clean run's.
+func TestBenchFailedSubmitsExitNonZero(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + l.Addr().String()
+	l.Close() // nothing listens there any more
+	r := cliRun(t, "", "bench", "--ops", "3", "--clients", "2", "--json", "--server", gone, "--token", "baton_x")
+	var rep BenchReport
+	cliDecodeJSON(t, r.stdout, &rep)
+	if r.code != 1 || rep.Submitted != 0 || rep.SubmitErrors["transport"] != 3 || !strings.Contains(r.stderr, "3 of 3 submits failed") {
+		t.Errorf("bench against a server that is gone: %+v, report %+v", r, rep)
 	}
 }
