@@ -68,8 +68,8 @@ exits 1 when a submit failed or an operation did not finish (the figures
 are not a clean run's), and 2 on bad flags.
 
 By default it comments on issues #10, #11 and #12 of octo/demo, which
-` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin)
-and --action/--payload another action. Give the token of an actor that may
+` + "`baton serve --dev`" + ` seeds; --resources names other resource keys (round robin,
+each once, checked before the run) and --action/--payload another action. Give the token of an actor that may
 act on those repositories. A progress bar is drawn on stderr when it is a
 terminal, plain progress lines otherwise.
 
@@ -155,13 +155,9 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 	case len(o.resources) == 0:
 		return cliUsage(errors.New("--resources needs at least one resource key"))
 	}
-	resources := make([]client.Resource, len(o.resources))
-	for i, k := range o.resources {
-		typ, id, ok := strings.Cut(k, ":")
-		if !ok || typ == "" || id == "" {
-			return cliUsage(fmt.Errorf("--resources: %q is not a resource key TYPE:ID", k))
-		}
-		resources[i] = client.Resource{Type: typ, ID: id}
+	resources, err := benchResources(o.resources)
+	if err != nil {
+		return cliUsage(err)
 	}
 	var fixedPayload json.RawMessage
 	if o.payload != "" {
@@ -342,6 +338,30 @@ func (r *BenchReport) incomplete() error {
 		return nil
 	}
 	return errors.New("the run is incomplete: " + strings.Join(parts, ", "))
+}
+
+// benchResources parses --resources: resource keys TYPE:ID, spaces around
+// them ignored ("a, b" is a list of two), each checked as the server
+// checks it, none given twice (the report counts the resources).
+func benchResources(keys []string) ([]client.Resource, error) {
+	resources := make([]client.Resource, 0, len(keys))
+	seen := map[string]string{}
+	for _, k := range keys {
+		k = strings.TrimSpace(k)
+		res, _, err := schema.ParseResourceKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("--resources: %q is not a resource key TYPE:ID: %w", k, err)
+		}
+		if prev, dup := seen[res.Key()]; dup {
+			return nil, fmt.Errorf("--resources: %q and %q are one resource", prev, k)
+		}
+		seen[res.Key()] = k
+		resources = append(resources, client.Resource(res))
+	}
+	if len(resources) == 0 {
+		return nil, errors.New("--resources needs at least one resource key")
+	}
+	return resources, nil
 }
 
 func benchMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -174,3 +174,25 @@ func TestBenchFailedSubmitsExitNonZero(t *testing.T) {
 		t.Errorf("bench against a server that is gone: %+v, report %+v", r, rep)
 	}
 }
+
+// --resources is a list of resource keys as the server checks them:
+// spaces after the commas do not make every other submit fail, and a key
+// the server would refuse, or one given twice, is a usage error.
+func TestBenchResources(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	r := cliRun(t, "", "bench", "--resources", "issue:octo/demo#10, issue:octo/demo#11", "--ops", "4", "--clients", "2",
+		"--no-wait", "--json", "--server", env.URL, "--token", env.alice)
+	var rep BenchReport
+	cliDecodeJSON(t, r.stdout, &rep)
+	if r.code != 0 || rep.Submitted != 4 || len(rep.SubmitErrors) != 0 || rep.Resources != 2 {
+		t.Errorf("bench --resources 'a, b': %+v, report %+v", r, rep)
+	}
+	for _, res := range []string{"bogus:x", "issue:octo/demo", "issue:octo/demo#10,issue:Octo/Demo#10", "issue:octo/demo#10,issue:octo/demo#10"} {
+		r := cliRun(t, "", "bench", "--resources", res, "--ops", "1", "--clients", "1", "--no-wait",
+			"--server", env.URL, "--token", env.alice)
+		if r.code != 2 || !strings.Contains(r.stderr, "--resources") {
+			t.Errorf("bench --resources %q: %+v", res, r)
+		}
+	}
+}
