@@ -82,7 +82,8 @@ clients. Each builds its stack in a temporary directory with SQLite's
 synchronous=FULL. It prints the table docs/PERFORMANCE.md shows: ops/s,
 p50 and p99 of one op in milliseconds, and notes. --benchtime sets how long
 each benchmark's measured run lasts (or, as "500x", how many ops it makes);
---filter selects benchmarks by a regular expression on their names.`,
+--filter selects benchmarks by a regular expression on their names. The
+flags of one mode are refused in the other.`,
 		Example: `  baton bench --suite
   baton bench --suite --benchtime 5s --filter '^(store|leases)/'
   baton bench --clients 32 --ops 20000
@@ -91,6 +92,23 @@ each benchmark's measured run lasts (or, as "500x", how many ops it makes);
     --resources issue:octo/demo#10,issue:octo/demo#11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A flag of the other mode would be ignored: a run against a
+			// server given --filter, or the suite given --clients, would
+			// measure something else than asked.
+			suiteOnly, serverOnly := []string{"benchtime", "filter"},
+				[]string{"clients", "ops", "duration", "action", "resources", "payload", "wait-timeout", "no-wait"}
+			other := suiteOnly
+			if o.suite {
+				other = serverOnly
+			}
+			for _, name := range other {
+				if cmd.Flags().Changed(name) {
+					if o.suite {
+						return cliUsage(fmt.Errorf("--%s measures a running server; --suite does not take it", name))
+					}
+					return cliUsage(fmt.Errorf("--%s goes with --suite", name))
+				}
+			}
 			if o.suite {
 				return runBenchSuite(o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}

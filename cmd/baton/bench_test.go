@@ -196,3 +196,19 @@ func TestBenchResources(t *testing.T) {
 		}
 	}
 }
+
+// The flags of one mode are refused in the other, not ignored: bench
+// --filter without --suite would measure the server instead.
+func TestBenchModeFlags(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	for _, args := range [][]string{
+		{"bench", "--filter", "^store/", "--ops", "1", "--clients", "1", "--no-wait", "--server", env.URL, "--token", env.alice},
+		{"bench", "--benchtime", "5x", "--ops", "1", "--clients", "1", "--no-wait", "--server", env.URL, "--token", env.alice},
+		{"bench", "--suite", "--filter", "^store/create$", "--benchtime", "1x", "--clients", "4"},
+	} {
+		if r := cliRun(t, "", args...); r.code != 2 {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+}
