@@ -61,9 +61,11 @@ until every accepted operation is terminal. It prints:
             p50/p99 of completedAt − createdAt of each terminal operation;
   outcomes  how many succeeded, failed or were cancelled, and submit errors.
 
-Percentiles are nearest-rank. While waiting, a request that fails in
-transport (or with a 5xx or 429) is tried again a few times before the
-operation is counted unfinished. The report is printed in any case; bench
+Percentiles are nearest-rank. While waiting, a request the server answers
+with a 500 or 429 is tried again a few times before the operation is
+counted unfinished; a server that cannot be reached is waited for up to
+two minutes (a restart), and then bench stops waiting and counts every
+operation not yet seen terminal unfinished. The report is printed in any case; bench
 exits 1 when a submit failed or an operation did not finish (the figures
 are not a clean run's), and 2 on bad flags.
 
@@ -285,41 +287,10 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 		rep.Waited = true
 		wctx, cancel := context.WithTimeout(ctx, o.waitTimeout)
 		defer cancel()
-		var (
-			idx        atomic.Int64
-			finished   atomic.Int64
-			terminal   []benchTerminal
-			unfinished int
-		)
+		var finished atomic.Int64
 		prog := newBenchProgress(stderr, "waiting", len(ids), 0)
 		prog.start(func() int64 { return finished.Load() })
-		for range o.clients {
-			wg.Go(func() {
-				var mine []benchTerminal
-				notDone := 0
-				for {
-					i := idx.Add(1) - 1
-					if i >= int64(len(ids)) {
-						break
-					}
-					op, err := benchWait(wctx, c.Wait, ids[i], benchWaitTries, benchWaitBackoff)
-					if err != nil || !op.Status.Terminal() || op.CompletedAt == nil {
-						if err != nil && notDone == 0 {
-							prog.note(fmt.Sprintf("wait failed: %v", cliAPIError(err)))
-						}
-						notDone++
-						continue
-					}
-					mine = append(mine, benchTerminal{status: string(op.Status), created: op.CreatedAt, completed: *op.CompletedAt})
-					finished.Add(1)
-				}
-				mu.Lock()
-				terminal = append(terminal, mine...)
-				unfinished += notDone
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
+		terminal, unfinished := benchWaitAll(wctx, c.Wait, ids, o.clients, prog, &finished)
 		prog.stop()
 		rep.Unfinished = unfinished
 		rep.endToEnd(terminal)
@@ -425,17 +396,88 @@ func (r *BenchReport) endToEnd(ops []benchTerminal) {
 	}
 }
 
-// How the wait phase retries a wait that failed in transport (or with a
-// 5xx or 429) before it counts the operation unfinished.
+// benchWaitAll waits for the operations ids from clients goroutines, and
+// returns the terminal ones and how many were not (finished counts the
+// terminal ones as they come). A wait that fails because the server cannot
+// be reached has already ridden through that for a while (client.Wait
+// does, as through a restart): the server is gone, so the waits not yet
+// made are not made and their operations are counted unfinished at once,
+// rather than each riding through again until --wait-timeout.
+func benchWaitAll(ctx context.Context, wait func(context.Context, string, time.Duration) (client.Operation, error),
+	ids []string, clients int, prog *benchProgress, finished *atomic.Int64) (terminal []benchTerminal, unfinished int) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		idx  atomic.Int64
+		gone atomic.Bool
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	for range clients {
+		wg.Go(func() {
+			var mine []benchTerminal
+			notDone := 0
+			for {
+				i := idx.Add(1) - 1
+				if i >= int64(len(ids)) {
+					break
+				}
+				if ctx.Err() != nil {
+					notDone++
+					continue
+				}
+				op, err := benchWait(ctx, wait, ids[i], benchWaitTries, benchWaitBackoff)
+				if err != nil || !op.Status.Terminal() || op.CompletedAt == nil {
+					switch {
+					case err != nil && benchUnreachable(err) && gone.CompareAndSwap(false, true):
+						prog.note(fmt.Sprintf("wait failed: %v; the server cannot be reached, the operations not yet seen terminal are counted unfinished", cliAPIError(err)))
+						cancel()
+					case err != nil && notDone == 0 && !gone.Load():
+						prog.note(fmt.Sprintf("wait failed: %v", cliAPIError(err)))
+					}
+					notDone++
+					continue
+				}
+				mine = append(mine, benchTerminal{status: string(op.Status), created: op.CreatedAt, completed: *op.CompletedAt})
+				finished.Add(1)
+			}
+			mu.Lock()
+			terminal = append(terminal, mine...)
+			unfinished += notDone
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return terminal, unfinished
+}
+
+// benchUnreachable reports whether a wait failed because the server could
+// not be reached: no answer, or a gateway's 502, 503 or 504 for it. Wait
+// has ridden through that already.
+func benchUnreachable(err error) bool {
+	var ae *client.Error
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, client.ErrInvalidOperationID)
+}
+
+// How the wait phase retries a wait that failed with another 5xx or a 429
+// before it counts the operation unfinished.
 const (
 	benchWaitTries   = 5
 	benchWaitBackoff = 200 * time.Millisecond
 )
 
 // benchWait waits for operation id with wait, trying again (up to tries
-// times in all, the pause doubling from backoff) when the request failed
-// in a way that may pass: a transport error, a 5xx, a 429. Other errors,
-// and the end of ctx, end it at once.
+// times in all, the pause doubling from backoff) when the server answered
+// in a way that may pass: a 500 or another 5xx Wait does not ride through,
+// a 429. Other errors, the server unreachable (which Wait has ridden
+// through already), and the end of ctx end it at once.
 func benchWait(ctx context.Context, wait func(context.Context, string, time.Duration) (client.Operation, error), id string, tries int, backoff time.Duration) (client.Operation, error) {
 	for n := 1; ; n++ {
 		op, err := wait(ctx, id, 0)
@@ -451,14 +493,16 @@ func benchWait(ctx context.Context, wait func(context.Context, string, time.Dura
 	}
 }
 
-// benchTransient reports whether a request's error may pass if it is
-// tried again.
+// benchTransient reports whether a wait's error may pass if it is tried
+// again: an answer of the server's that says so. (Wait rides through the
+// server unreachable itself, for up to two minutes; trying that again
+// would multiply it.)
 func benchTransient(err error) bool {
 	var ae *client.Error
-	if errors.As(err, &ae) {
-		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
+	if !errors.As(err, &ae) || benchUnreachable(err) {
+		return false
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, client.ErrInvalidOperationID)
+	return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
 }
 
 func printBenchReport(w io.Writer, r BenchReport) error {
@@ -486,7 +530,7 @@ func printBenchReport(w io.Writer, r BenchReport) error {
 			r.EndToEndPerSec, r.Outcomes[string(schema.StatusFailed)], r.Outcomes[string(schema.StatusCancelled)])
 		fmt.Fprintf(tw, "end-to-end latency\tp50 %.2f ms, p99 %.2f ms\n", r.EndToEndP50Ms, r.EndToEndP99Ms)
 		if r.Unfinished > 0 {
-			fmt.Fprintf(tw, "unfinished\t%d (not terminal within --wait-timeout, or waiting kept failing)\n", r.Unfinished)
+			fmt.Fprintf(tw, "unfinished\t%d (not terminal within --wait-timeout, or waiting failed: the server gone, say)\n", r.Unfinished)
 		}
 	}
 	return tw.Flush()

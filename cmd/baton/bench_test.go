@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -95,21 +98,26 @@ func TestBenchEndToEndCountsSucceededOnly(t *testing.T) {
 	}
 }
 
-// A wait that fails in transport is tried again; one the server refuses
-// for good is not, and neither is one whose context ended.
-func TestBenchWaitRetriesTransportErrors(t *testing.T) {
+// A wait the server answers with a 500 or 429 is tried again; one the
+// server refuses for good is not, and neither is one whose context ended,
+// nor one that found the server unreachable: Wait has ridden through that
+// for up to two minutes already, and trying again would make it ten.
+func TestBenchWaitRetriesTransientAnswers(t *testing.T) {
 	t.Parallel()
 	id := strings.Repeat("a", 64)
 	transport := &url.Error{Op: "Get", URL: "http://x", Err: syscall.ECONNRESET}
+	internal := &client.Error{Status: 500, Code: "internal"}
 	for _, c := range []struct {
 		name      string
 		errs      []error // returned by the successive waits; then success
 		wantCalls int
 		wantErr   bool
 	}{
-		{"transport errors pass", []error{transport, transport}, 3, false},
-		{"5xx passes", []error{&client.Error{Status: 503, Code: "unavailable"}}, 2, false},
-		{"gives up after the tries", []error{transport, transport, transport, transport, transport, transport}, 3, true},
+		{"500 passes", []error{internal, internal}, 3, false},
+		{"429 passes", []error{&client.Error{Status: 429, Code: "rate_limited"}}, 2, false},
+		{"gives up after the tries", []error{internal, internal, internal, internal, internal, internal}, 3, true},
+		{"unreachable is final", []error{transport}, 1, true},
+		{"a gateway's 503 is final", []error{&client.Error{Status: 503, Code: "unavailable"}}, 1, true},
 		{"not found is final", []error{&client.Error{Status: 404, Code: "not_found"}}, 1, true},
 		{"context ended", []error{context.DeadlineExceeded}, 1, true},
 	} {
@@ -131,6 +139,42 @@ func TestBenchWaitRetriesTransportErrors(t *testing.T) {
 				t.Errorf("calls %d (want %d), op %+v, err %v", calls, c.wantCalls, op, err)
 			}
 		})
+	}
+}
+
+// Once a wait finds the server gone (after Wait's own riding through),
+// the waits not yet made are not made: the operations are counted
+// unfinished at once instead of each waiting out the same minutes until
+// --wait-timeout.
+func TestBenchWaitStopsWhenServerGone(t *testing.T) {
+	t.Parallel()
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%064x", i)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	done := t0.Add(time.Second)
+	var calls, failed atomic.Int64
+	wait := func(ctx context.Context, id string, _ time.Duration) (client.Operation, error) {
+		calls.Add(1)
+		if id < ids[3] { // the first three finished before the server went
+			return client.Operation{OperationID: id, Status: schema.StatusSucceeded, CreatedAt: t0, CompletedAt: &done}, nil
+		}
+		failed.Add(1)
+		if failed.Load() > 1 {
+			<-ctx.Done() // the others are still riding through
+			return client.Operation{}, ctx.Err()
+		}
+		return client.Operation{}, &url.Error{Op: "Get", URL: "http://x", Err: syscall.ECONNREFUSED}
+	}
+	var finished atomic.Int64
+	prog := newBenchProgress(io.Discard, "waiting", len(ids), 0)
+	terminal, unfinished := benchWaitAll(context.Background(), wait, ids, 4, prog, &finished)
+	if len(terminal) != 3 || unfinished != 97 || finished.Load() != 3 {
+		t.Errorf("%d terminal (%d counted), %d unfinished; want 3 and 97", len(terminal), finished.Load(), unfinished)
+	}
+	if n := calls.Load(); n > 3+4 {
+		t.Errorf("%d waits made after the server was found gone", n-3)
 	}
 }
 
