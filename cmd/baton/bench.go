@@ -554,6 +554,7 @@ type benchProgress struct {
 
 	mu    sync.Mutex
 	notes []string
+	noted map[string]bool
 	quit  chan struct{}
 	done  chan struct{}
 }
@@ -569,11 +570,20 @@ func newBenchProgress(w io.Writer, label string, total int, duration time.Durati
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// note prints a message once, between progress lines.
+// note prints a message once, between progress lines: the clients that
+// meet the same failure (32 of them, against a server that is gone) print
+// one line, not one each.
 func (p *benchProgress) note(s string) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.noted[s] {
+		return
+	}
+	if p.noted == nil {
+		p.noted = map[string]bool{}
+	}
+	p.noted[s] = true
 	p.notes = append(p.notes, s)
-	p.mu.Unlock()
 }
 
 func (p *benchProgress) start(count func() int64) {

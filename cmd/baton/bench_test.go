@@ -256,3 +256,20 @@ func TestBenchModeFlags(t *testing.T) {
 		}
 	}
 }
+
+// Clients that meet the same failure print one line for it, not one
+// each: 32 clients against a server that is gone print one "submit
+// failed".
+func TestBenchFailureNotedOnce(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + l.Addr().String()
+	l.Close()
+	r := cliRun(t, "", "bench", "--ops", "64", "--clients", "32", "--json", "--server", gone, "--token", "baton_x")
+	if n := strings.Count(r.stderr, "submit failed"); r.code != 1 || n != 1 {
+		t.Errorf("%d lines of submit failed, exit %d:\n%s", n, r.code, r.stderr)
+	}
+}
