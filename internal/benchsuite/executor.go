@@ -110,10 +110,9 @@ func ExecutorEndToEnd(b *testing.B) {
 		})
 		return err
 	})
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		errorf(b, "%d of %d operations finished in five minutes", finished.Load(), b.N)
+	if !awaitAll(b, all, 5*time.Minute, func() string {
+		return fmt.Sprintf("%d of %d operations finished in five minutes", finished.Load(), b.N)
+	}) {
 		return
 	}
 	b.StopTimer()
@@ -131,4 +130,22 @@ func stopWithin(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = stop(ctx)
+}
+
+// awaitAll waits until all is closed (every op the benchmark made has been
+// carried out), and reports whether it was. When an op could not be made
+// (spread failed the benchmark), all will never close: it returns false at
+// once rather than after limit; after limit, it fails the benchmark with
+// timedOut's message.
+func awaitAll(b *testing.B, all <-chan struct{}, limit time.Duration, timedOut func() string) bool {
+	if b.Failed() {
+		return false
+	}
+	select {
+	case <-all:
+		return true
+	case <-time.After(limit):
+		errorf(b, "%s", timedOut())
+		return false
+	}
 }

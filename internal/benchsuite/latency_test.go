@@ -1,6 +1,8 @@
 package benchsuite
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +39,27 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := Percentile(nil, 0.99); got != 0 {
 		t.Errorf("no values: %v", got)
+	}
+}
+
+// A benchmark whose ops could not all be made (spread failed it) does not
+// wait minutes for their completions, which will never come: it reports
+// the failure at once.
+func TestAwaitAllAfterFailedOps(t *testing.T) {
+	never := make(chan struct{})
+	start := time.Now()
+	r := runOne(Benchmark{Name: "e2e", Op: "an op", Func: func(b *testing.B) {
+		spread(b, 4, nil, func(i int) error {
+			if i == 0 {
+				return errors.New("the disk is full")
+			}
+			return nil
+		})
+		if awaitAll(b, never, time.Minute, func() string { return "timed out" }) {
+			t.Error("awaitAll saw every op done")
+		}
+	}})
+	if took := time.Since(start); took > 10*time.Second || !strings.Contains(r.Err, "the disk is full") {
+		t.Errorf("after %v: %+v", took, r)
 	}
 }

@@ -80,10 +80,9 @@ func QueueEndToEnd(b *testing.B) {
 		sent.Store(id, time.Now())
 		return br.Dispatch(ctx, id)
 	})
-	select {
-	case <-all:
-	case <-time.After(2 * time.Minute):
-		errorf(b, "%d of %d messages handled in two minutes", handled.Load(), b.N)
+	if !awaitAll(b, all, 2*time.Minute, func() string {
+		return fmt.Sprintf("%d of %d messages handled in two minutes", handled.Load(), b.N)
+	}) {
 		return
 	}
 	b.StopTimer()
