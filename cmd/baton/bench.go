@@ -172,6 +172,8 @@ func runBench(ctx context.Context, o *benchOptions, stdin io.Reader, stdout, std
 		return cliUsage(errors.New("--ops must be positive"))
 	case o.duration < 0:
 		return cliUsage(errors.New("--duration must be positive"))
+	case o.waitTimeout <= 0 && !o.noWait:
+		return cliUsage(errors.New("--wait-timeout must be positive (--no-wait not to wait at all)"))
 	case len(o.resources) == 0:
 		return cliUsage(errors.New("--resources needs at least one resource key"))
 	}

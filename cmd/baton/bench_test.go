@@ -273,3 +273,16 @@ func TestBenchFailureNotedOnce(t *testing.T) {
 		t.Errorf("%d lines of submit failed, exit %d:\n%s", n, r.code, r.stderr)
 	}
 }
+
+// --wait-timeout 0 is refused, not a run whose every operation is counted
+// unfinished before it was waited for.
+func TestBenchWaitTimeoutPositive(t *testing.T) {
+	t.Parallel()
+	env := newCLIEnv(t, cliEnvOptions{})
+	for _, d := range []string{"0s", "-1s"} {
+		r := cliRun(t, "", "bench", "--wait-timeout", d, "--ops", "1", "--clients", "1", "--server", env.URL, "--token", env.alice)
+		if r.code != 2 || !strings.Contains(r.stderr, "--wait-timeout") {
+			t.Errorf("bench --wait-timeout %s: %+v", d, r)
+		}
+	}
+}
