@@ -56,30 +56,8 @@ func TestBackupOddPaths(t *testing.T) {
 // and stop the next run, which refuses an existing FILE.
 func TestBackupInterruptedLeavesNoFile(t *testing.T) {
 	bin := cliBuildBaton(t)
-	data := t.TempDir()
-	path := filepath.Join(data, tokenDatabaseFile)
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	// Another process holds the database exclusively, so the copy waits.
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	ctx := context.Background()
-	c, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for _, q := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `INSERT INTO api_tokens (hash, actor, created_at) VALUES (randomblob(32), 'ci', 1)`} {
-		if _, err := c.ExecContext(ctx, q); err != nil {
-			t.Fatal(q, err)
-		}
-	}
+	data, _ := exclusiveDataDir(t)
 	out := filepath.Join(t.TempDir(), "copy.db")
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		p := cliStartBaton(t, bin, nil, "backup", "--data", data, out)
@@ -196,28 +174,7 @@ func TestBackupToAClosedPipe(t *testing.T) {
 // hangs up: the signals it is started ignoring stay ignored.
 func TestBackupUnderNohupSurvivesHangup(t *testing.T) {
 	bin := cliBuildBaton(t)
-	data := t.TempDir()
-	path := filepath.Join(data, tokenDatabaseFile)
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	ctx := context.Background()
-	c, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `INSERT INTO api_tokens (hash, actor, created_at) VALUES (randomblob(32), 'ci', 1)`} {
-		if _, err := c.ExecContext(ctx, q); err != nil {
-			t.Fatal(q, err)
-		}
-	}
+	data, unlock := exclusiveDataDir(t)
 	out := filepath.Join(t.TempDir(), "copy.db")
 	p := cliStartBaton(t, "sh", nil, "-c", `trap "" HUP; exec "$0" "$@"`, bin, "backup", "--data", data, out)
 	time.Sleep(700 * time.Millisecond)
@@ -230,15 +187,48 @@ func TestBackupUnderNohupSurvivesHangup(t *testing.T) {
 		t.Fatalf("backup under nohup ended on SIGHUP: exit %d, stderr %q", p.code, p.stderr.String())
 	default:
 	}
-	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	raw.Close()
+	unlock()
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("backup: exit %d, stderr %q", code, p.stderr.String())
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Error(err)
+	}
+}
+
+// exclusiveDataDir makes a data directory whose database another process
+// holds exclusively (a write transaction open in EXCLUSIVE locking mode),
+// so that a backup of it waits, until unlock commits and lets it go.
+func exclusiveDataDir(t *testing.T) (data string, unlock func()) {
+	t.Helper()
+	data = t.TempDir()
+	path := filepath.Join(data, tokenDatabaseFile)
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	ctx := context.Background()
+	c, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, q := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `INSERT INTO api_tokens (hash, actor, created_at) VALUES (randomblob(32), 'ci', 1)`} {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	return data, func() {
+		if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		raw.Close()
 	}
 }
