@@ -103,3 +103,33 @@ func TestFailureBackoffIsWaitedOut(t *testing.T) {
 		t.Errorf("handled again %v after the failure, want at least the backoff %v", gap, backoff)
 	}
 }
+
+// A failure whose copy JetStream already holds (the original's ack was
+// lost after the copy was stored, so the message came back and failed
+// again) stores nothing new: it is not counted as a published retry.
+func TestDuplicateRetryIsNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "")
+	dispatch(t, b, "again")
+	// The copy the first attempt stored from the dispatch (sequence 1),
+	// still waiting out its backoff.
+	m := operationMsg("again", retryMsgID("again", 1, 1))
+	m.Header.Set(HeaderFailures, "1")
+	m.Header.Set(HeaderRetryAt, time.Now().Add(30*time.Second).UTC().Format(time.RFC3339Nano))
+	if _, err := b.sess.Load().js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	rec.result = func(string, int) Result { return Failed(errors.New("store unavailable")) }
+	startConsumer(t, b, ConsumerConfig{Handler: rec.handle, MaxFailureBackoff: time.Minute})
+	eventually(t, 10*time.Second, "the failure recorded", func() bool { return b.Stats().HandledFailed == 1 })
+	st, err := b.sess.Load().js.Stream(ctx, StreamOperations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the original acknowledged", func() bool { return streamMsgs(t, st) == 1 })
+	if n := b.Stats().RetriesPublished; n != 0 {
+		t.Errorf("retries published = %d, want 0: JetStream stored nothing new", n)
+	}
+}

@@ -89,12 +89,17 @@ func (c *Consumer) fail(msg jetstream.Msg, id string, n int, cause error) {
 	m.Header.Set(HeaderFailures, strconv.Itoa(n))
 	m.Header.Set(HeaderRetryAt, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
 	m.Header.Set(HeaderReason, reason)
-	if _, err := c.sess.js.PublishMsg(ctx, m); err != nil {
+	ack, err := c.sess.js.PublishMsg(ctx, m)
+	if err != nil {
 		log.Error("failure not recorded; retrying", zap.String(fieldEvent, "queue.failure_not_recorded"), zap.Error(err))
 		c.settle(id, msg.NakWithDelay(delay))
 		return
 	}
-	c.b.counters.retriesPublished.Add(1)
+	if !ack.Duplicate {
+		// Messages stored, as Dispatch counts: a copy an earlier attempt
+		// stored (its ack of the original was lost) is not one more.
+		c.b.counters.retriesPublished.Add(1)
+	}
 	c.settle(id, msg.DoubleAck(ctx))
 	log.Warn("handler failed; retrying after backoff", zap.String(fieldEvent, "queue.handler_failed"),
 		zap.Duration("backoff", delay))
