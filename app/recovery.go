@@ -103,7 +103,7 @@ func NewRecovery(cfg RecoveryConfig) (*Recovery, error) {
 		pageSize:  100,
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_webhook_deliveries_recovered_total",
-			Help: "Webhook deliveries that had failed and whose redelivery baton requested from GitHub.",
+			Help: "Webhook deliveries GitHub could not deliver to baton (missed, not the state=\"failed\" of baton_webhook_deliveries_handled_total) whose redelivery baton requested.",
 		}),
 	}
 	if cfg.Registerer != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,5 +270,44 @@ func TestRecoveryStartStop(t *testing.T) {
 	}
 	if _, err := NewRecovery(RecoveryConfig{Ledger: e.ledger}); err == nil {
 		t.Error("no App client accepted")
+	}
+}
+
+// The recovered counter counts deliveries GitHub could not make, and its
+// help and the operator's list of metrics say so: an operator must not
+// read it as the deliveries baton's handlers failed (state="failed" of
+// baton_webhook_deliveries_handled_total).
+func TestRecoveredMetricSaysMissedNotFailed(t *testing.T) {
+	t.Parallel()
+	e := newHookEnv(t, hookEnvOptions{})
+	reg := prometheus.NewRegistry()
+	if _, err := NewRecovery(RecoveryConfig{Ledger: e.ledger, App: e.clients.App(), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	const name = "baton_webhook_deliveries_recovered_total"
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var help string
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			help = mf.GetHelp()
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(string(doc)) {
+		if strings.HasPrefix(line, "| `"+name+"`") {
+			row = line
+		}
+	}
+	for what, text := range map[string]string{"help": help, "deploy/README.md": row} {
+		if !strings.Contains(text, "GitHub could not deliver") || strings.Contains(text, "had failed") || strings.Contains(text, "failed deliveries") {
+			t.Errorf("%s of %s = %q: want the deliveries GitHub could not deliver, not failed ones", what, name, text)
+		}
 	}
 }
