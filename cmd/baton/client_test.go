@@ -102,6 +102,20 @@ func TestCLIOperations(t *testing.T) {
 	if len(list.Operations) != 1 || list.Operations[0].OperationID != op.OperationID {
 		t.Errorf("ops filtered: %+v", r)
 	}
+	// --resource: a type alone, or an ID without its type (the API
+	// takes resourceId alone).
+	for res, want := range map[string]int{"issue": 3, "pull_request": 0, "octo/demo#10": 1, "OCTO/demo#11": 1, "issue:octo/demo#12": 1} {
+		r = env.as(t, env.alice, "ops", "--resource", res, "--json")
+		if r.code != 0 {
+			t.Errorf("ops --resource %s: %+v", res, r)
+			continue
+		}
+		list = client.OperationList{}
+		cliDecodeJSON(t, r.stdout, &list)
+		if len(list.Operations) != want {
+			t.Errorf("ops --resource %s: %d operations, want %d: %+v", res, len(list.Operations), want, r)
+		}
+	}
 	if r := env.as(t, env.bob, "ops", "--json"); !strings.Contains(r.stdout, `"operations": []`) {
 		t.Errorf("bob's ops: %+v", r)
 	}

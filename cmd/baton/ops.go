@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-dev/baton/app/client"
+	"github.com/baton-dev/baton/schema"
 )
 
 func init() { register(newOpsCmd) }
@@ -24,13 +25,18 @@ type opsOptions struct {
 func newOpsCmd() *cobra.Command {
 	o := &opsOptions{}
 	cmd := &cobra.Command{
-		Use:   "ops [--status STATUS] [--action ACTION] [--resource TYPE:ID] [--all]",
+		Use:   "ops [--status STATUS] [--action ACTION] [--resource TYPE|TYPE:ID|ID] [--all]",
 		Short: "List operations, newest first",
 		Long: `Ops lists operations, newest first, one page at a time (--limit, default 50);
 when there are more it prints the --cursor of the next page on stderr.
 --all follows the pages to the end. A non-admin token lists only its own
 actor's operations, on the installations it is bound to; an admin token
-lists everyone's, or one actor's with --actor.`,
+lists everyone's, or one actor's with --actor.
+
+--resource takes a resource type (issue), a type and an ID
+(issue:octo/demo#10), or an ID alone, of any type (octo/demo#10,
+octo/demo:heads/main): a value whose part before the first ':' is not a
+resource type is an ID.`,
 		Example: `  baton ops
   baton ops --status queued --resource issue:octo/demo#10
   baton ops --action github.pulls.merge --all --json`,
@@ -42,7 +48,7 @@ lists everyone's, or one actor's with --actor.`,
 	f := cmd.Flags()
 	f.StringVar(&o.status, "status", "", "queued, running, succeeded, failed or cancelled")
 	f.StringVar(&o.action, "action", "", "only this action")
-	f.StringVar(&o.resource, "resource", "", "only this resource (TYPE:ID) or resource type (TYPE)")
+	f.StringVar(&o.resource, "resource", "", "only this resource type (TYPE), resource (TYPE:ID) or resource ID of any type (ID)")
 	f.StringVar(&o.actor, "actor", "", "only this actor (admin tokens)")
 	f.IntVar(&o.limit, "limit", 50, "page size, 1–500")
 	f.StringVar(&o.cursor, "cursor", "", "continue from this cursor")
@@ -57,7 +63,7 @@ func runOps(ctx context.Context, o *opsOptions, stdout, stderr io.Writer) error 
 	}
 	lo := client.ListOptions{Status: o.status, Action: o.action, Actor: o.actor, Limit: o.limit, Cursor: o.cursor}
 	if o.resource != "" {
-		lo.ResourceType, lo.ResourceID, _ = strings.Cut(o.resource, ":")
+		lo.ResourceType, lo.ResourceID = opsResource(o.resource)
 	}
 	c, err := o.client()
 	if err != nil {
@@ -93,6 +99,18 @@ func runOps(ctx context.Context, o *opsOptions, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "more: baton ops --cursor %s (or --all)\n", next)
 	}
 	return nil
+}
+
+// opsResource splits --resource into a type and an ID: TYPE, TYPE:ID, or
+// an ID alone when what precedes the first ':' (all of it, without one)
+// is not a resource type, as in octo/demo#1 or octo/demo:heads/main.
+func opsResource(v string) (typ, id string) {
+	t, rest, _ := strings.Cut(v, ":")
+	switch t {
+	case schema.ResourcePullRequest, schema.ResourceIssue, schema.ResourceRef, schema.ResourceCommit, schema.ResourceRepo:
+		return t, rest
+	}
+	return "", v
 }
 
 // cliNonNil returns s, or an empty slice for nil (so JSON shows []).
