@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -284,5 +285,15 @@ func TestBenchWaitTimeoutPositive(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "--wait-timeout") {
 			t.Errorf("bench --wait-timeout %s: %+v", d, r)
 		}
+	}
+}
+
+// --suite --json's "elapsed" is a time.Duration, in nanoseconds, while
+// its other times are in milliseconds: --help says which unit it is.
+func TestBenchHelpSaysElapsedUnit(t *testing.T) {
+	t.Parallel()
+	r := cliRun(t, "", "bench", "--help")
+	if r.code != 0 || !regexp.MustCompile(`"elapsed"[^.]*\s+nanoseconds`).MatchString(r.stdout) {
+		t.Errorf("bench --help does not say that --suite --json's elapsed is in nanoseconds: %+v", r)
 	}
 }

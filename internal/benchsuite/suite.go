@@ -50,7 +50,8 @@ type Result struct {
 	Op   string `json:"op"`
 	// N is the number of ops of the measured run.
 	N int `json:"n"`
-	// Elapsed is the measured run's time.
+	// Elapsed is the measured run's time; in JSON, in nanoseconds (a
+	// time.Duration).
 	Elapsed   time.Duration `json:"elapsed"`
 	OpsPerSec float64       `json:"opsPerSecond"`
 	// P50Ms and P99Ms are one op's latency percentiles; 0 when the
