@@ -97,10 +97,11 @@ flags of one mode are refused in the other.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A flag of the other mode would be ignored: a run against a
-			// server given --filter, or the suite given --clients, would
+			// server given --filter, or the suite given --clients (or
+			// --server: it measures this process, not that server), would
 			// measure something else than asked.
 			suiteOnly, serverOnly := []string{"benchtime", "filter"},
-				[]string{"clients", "ops", "duration", "action", "resources", "payload", "wait-timeout", "no-wait"}
+				[]string{"clients", "ops", "duration", "action", "resources", "payload", "wait-timeout", "no-wait", "server", "token"}
 			other := suiteOnly
 			if o.suite {
 				other = serverOnly

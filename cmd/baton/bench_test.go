@@ -256,6 +256,14 @@ func TestBenchModeFlags(t *testing.T) {
 			t.Errorf("%v: %+v", args, r)
 		}
 	}
+	// The suite measures this process: a server named to it would be
+	// silently left out of what it measured.
+	for _, flag := range []string{"--server", "--token"} {
+		args := []string{"bench", "--suite", "--filter", "^store/create$", "--benchtime", "1x", flag, "x"}
+		if r := cliRun(t, "", args...); r.code != 2 || !strings.Contains(r.stderr, flag) {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
 }
 
 // Clients that meet the same failure print one line for it, not one
