@@ -117,8 +117,8 @@ func printQueue(w io.Writer, s client.QueueState) error {
 		if e.MergeOperationID != "" && e.Status == "gate_passed" {
 			detail = "merging: operation " + e.MergeOperationID
 		}
-		fmt.Fprintf(tw, "%s\t#%d\t%s\t%s\t%s\t%s\t%s\n", pos, e.PRNumber, cliShortSHA(e.PRSHA), e.Status,
-			cliFirst(e.GateResult, "-"), cliTime(&e.QueuedAt), detail)
+		fmt.Fprintf(tw, "%s\t#%d\t%s\t%s\t%s\t%s\t%s\n", pos, e.PRNumber, cliText(cliShortSHA(e.PRSHA)), cliText(e.Status),
+			cliText(cliFirst(e.GateResult, "-")), cliTime(&e.QueuedAt), cliText(detail))
 	}
 	return tw.Flush()
 }
@@ -150,8 +150,8 @@ its merges, reconciles), oldest first, with what it did about each.`,
 				if e.PRNumber > 0 {
 					pr = fmt.Sprintf("#%d", e.PRNumber)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cliTime(&e.At), e.Event, cliFirst(e.Action, "-"), pr,
-					cliFirst(e.DeliveryID, "-"), e.Details)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cliTime(&e.At), cliText(e.Event), cliText(cliFirst(e.Action, "-")), pr,
+					cliText(cliFirst(e.DeliveryID, "-")), cliText(e.Details))
 			}
 			return tw.Flush()
 		})
@@ -174,7 +174,7 @@ request and the head they concern.`,
 			tw := cliTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "TIME\tACTION\tPR\tSHA\tDETAIL")
 			for _, r := range a.Audit {
-				fmt.Fprintf(tw, "%s\t%s\t#%d\t%s\t%s\n", cliTime(&r.At), r.Action, r.PRNumber, cliFirst(cliShortSHA(r.SHA), "-"), r.Detail)
+				fmt.Fprintf(tw, "%s\t%s\t#%d\t%s\t%s\n", cliTime(&r.At), cliText(r.Action), r.PRNumber, cliText(cliFirst(cliShortSHA(r.SHA), "-")), cliText(r.Detail))
 			}
 			return tw.Flush()
 		})

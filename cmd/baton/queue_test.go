@@ -201,3 +201,64 @@ func TestCLIQueue(t *testing.T) {
 		t.Errorf("without a token: %+v", r)
 	}
 }
+
+// The queue's tables print control characters of what GitHub reported
+// (check names, in a gate's detail, its bounce reason, its audit) as
+// escapes: a check named by a pull request's own workflow must not drive
+// the operator's terminal nor forge rows of the table.
+func TestCLIQueueEscapesControlCharacters(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	coord, err := coordinator.New(coordinator.Config{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	if err := sim.SeedDemo(); err != nil {
+		t.Fatal(err)
+	}
+	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gh.Close()
+	const check = "ci\x1b]0;owned\a\n1\t#9"
+	if err := sim.SetRequiredChecks("octo", "demo", "main", []string{check}, false); err != nil {
+		t.Fatal(err)
+	}
+	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: &queueOps{ops: map[string]schema.Record{}}, GitHub: gh.Installation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddLabel("octo", "demo", 1, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"action":"labeled","number":1,"pull_request":{"number":1},"label":{"name":"baton:queue"},"repository":{"full_name":"octo/demo"},"installation":{"id":1}}`
+	if err := q.HandleEvent(ctx, mergequeue.Event{DeliveryID: "cli-1", Name: "pull_request", Action: "labeled", Payload: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mergequeue.NewHandler(q, func(*http.Request, string, string) (string, error) { return "queue-token", nil }))
+	defer srv.Close()
+	for _, sub := range []string{"show", "events", "audit"} {
+		r := cliRun(t, "", "queue", sub, "octo/demo", "--server", srv.URL, "--token", "queue-token")
+		if r.code != 0 || strings.ContainsAny(r.stdout, "\x1b\a\t") {
+			t.Errorf("queue %s: %+v", sub, r)
+		}
+	}
+	r := cliRun(t, "", "queue", "show", "octo/demo", "--server", srv.URL, "--token", "queue-token")
+	if !strings.Contains(r.stdout, `waiting for: ci\x1b]0;owned\a\n1\t#9 (not reported)`) {
+		t.Errorf("queue show: %q", r.stdout)
+	}
+}
