@@ -79,50 +79,12 @@ func (o *queueOps) Cancel(_ context.Context, id string) (schema.Record, error) {
 // The queue subcommands against the merge queue's HTTP routes: tables,
 // JSON, and the API's errors.
 func TestCLIQueue(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	coord, err := coordinator.New(coordinator.Config{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
-	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gh.Close()
-	if err := sim.SetRequiredChecks("octo", "demo", "main", []string{"ci"}, false); err != nil {
-		t.Fatal(err)
-	}
-	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: &queueOps{ops: map[string]schema.Record{}}, GitHub: gh.Installation})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, sim, coord := newCLIQueue(t, "ci")
 	// #1 and #2 of octo/demo join (the simulator sends no webhooks here:
 	// the deliveries are handed to the queue directly).
 	for _, n := range []int{1, 2} {
-		if err := sim.AddLabel("octo", "demo", n, "baton:queue", "monalisa"); err != nil {
-			t.Fatal(err)
-		}
-		body := fmt.Sprintf(`{"action":"labeled","number":%d,"pull_request":{"number":%d},"label":{"name":"baton:queue"},"repository":{"full_name":"octo/demo"},"installation":{"id":1}}`, n, n)
-		if err := q.HandleEvent(ctx, mergequeue.Event{DeliveryID: fmt.Sprintf("cli-%d", n), Name: "pull_request", Action: "labeled", Payload: []byte(body)}); err != nil {
-			t.Fatal(err)
-		}
+		cliQueueLabel(t, q, sim, n)
 	}
 	srv := httptest.NewServer(mergequeue.NewHandler(q, func(r *http.Request, owner, _ string) (string, error) {
 		if r.Header.Get("Authorization") != "Bearer queue-token" {
@@ -207,48 +169,8 @@ func TestCLIQueue(t *testing.T) {
 // escapes: a check named by a pull request's own workflow must not drive
 // the operator's terminal nor forge rows of the table.
 func TestCLIQueueEscapesControlCharacters(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	coord, err := coordinator.New(coordinator.Config{DB: db})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
-	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gh.Close()
-	const check = "ci\x1b]0;owned\a\n1\t#9"
-	if err := sim.SetRequiredChecks("octo", "demo", "main", []string{check}, false); err != nil {
-		t.Fatal(err)
-	}
-	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: &queueOps{ops: map[string]schema.Record{}}, GitHub: gh.Installation})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.AddLabel("octo", "demo", 1, "baton:queue", "monalisa"); err != nil {
-		t.Fatal(err)
-	}
-	body := `{"action":"labeled","number":1,"pull_request":{"number":1},"label":{"name":"baton:queue"},"repository":{"full_name":"octo/demo"},"installation":{"id":1}}`
-	if err := q.HandleEvent(ctx, mergequeue.Event{DeliveryID: "cli-1", Name: "pull_request", Action: "labeled", Payload: []byte(body)}); err != nil {
-		t.Fatal(err)
-	}
+	q, sim, _ := newCLIQueue(t, "ci\x1b]0;owned\a\n1\t#9")
+	cliQueueLabel(t, q, sim, 1)
 	srv := httptest.NewServer(mergequeue.NewHandler(q, func(*http.Request, string, string) (string, error) { return "queue-token", nil }))
 	defer srv.Close()
 	for _, sub := range []string{"show", "events", "audit"} {
@@ -260,5 +182,62 @@ func TestCLIQueueEscapesControlCharacters(t *testing.T) {
 	r := cliRun(t, "", "queue", "show", "octo/demo", "--server", srv.URL, "--token", "queue-token")
 	if !strings.Contains(r.stdout, `waiting for: ci\x1b]0;owned\a\n1\t#9 (not reported)`) {
 		t.Errorf("queue show: %q", r.stdout)
+	}
+}
+
+// newCLIQueue makes a merge queue on a fresh SQLite store, over the
+// simulator seeded with octo/demo, whose main branch requires the check
+// named check, with the coordinator of its leases; the test's end verifies
+// no goroutine is left.
+func newCLIQueue(t *testing.T, check string) (*mergequeue.Queue, *ghsim.Sim, *coordinator.Coordinator) {
+	t.Helper()
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	coord, err := coordinator.New(coordinator.Config{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		t.Fatal(err)
+	}
+	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gh.Close() })
+	if err := sim.SetRequiredChecks("octo", "demo", "main", []string{check}, false); err != nil {
+		t.Fatal(err)
+	}
+	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: &queueOps{ops: map[string]schema.Record{}}, GitHub: gh.Installation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, sim, coord
+}
+
+// cliQueueLabel labels octo/demo#n for the queue and hands the queue the
+// delivery (the simulator sends no webhooks here).
+func cliQueueLabel(t *testing.T, q *mergequeue.Queue, sim *ghsim.Sim, n int) {
+	t.Helper()
+	if err := sim.AddLabel("octo", "demo", n, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"action":"labeled","number":%d,"pull_request":{"number":%d},"label":{"name":"baton:queue"},"repository":{"full_name":"octo/demo"},"installation":{"id":1}}`, n, n)
+	if err := q.HandleEvent(context.Background(), mergequeue.Event{DeliveryID: fmt.Sprintf("cli-%d", n), Name: "pull_request", Action: "labeled", Payload: []byte(body)}); err != nil {
+		t.Fatal(err)
 	}
 }
