@@ -109,13 +109,14 @@ func CheckListenAddr(addr string) error {
 	if err != nil {
 		return nil // the server names what is wrong with it
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+	ip := net.ParseIP(host)
+	if host == "" || (ip != nil && ip.IsUnspecified()) {
 		// Every interface, public ones included, for a listener
 		// without authentication: anyone reaching the machine
 		// could read, take or delete the queue's messages.
 		return fmt.Errorf("%q listens on every interface, and the embedded server has no authentication: give a loopback or private address (127.0.0.1:4222)", addr)
 	}
-	if ip := net.ParseIP(host); ip == nil && strings.Trim(host, "0123456789.") == "" {
+	if ip == nil && strings.Trim(host, "0123456789.") == "" {
 		// "0", "127.1": not an address to Go, but the C resolver
 		// (inet_aton) reads them as 0.0.0.0 and 127.0.0.1, so what
 		// they listen on depends on how baton was built.
