@@ -15,12 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
 )
 
@@ -140,7 +140,7 @@ func runGhsim(ctx context.Context, o ghsimOptions, out io.Writer) error {
 	if err != nil {
 		return cliUsage(fmt.Errorf("--listen must be HOST:PORT, not %q", o.listen))
 	}
-	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+	if !app.LoopbackHost(host) {
 		return cliUsage(fmt.Errorf("--listen must be a loopback address (127.0.0.1, ::1 or localhost): the admin API has no authentication; not %q", o.listen))
 	}
 	dir, err := filepath.Abs(o.dir)
