@@ -433,7 +433,8 @@ func (o *serveOptions) natsFlagsAgree() error {
 			}
 		}
 		if o.natsListen != "" {
-			if _, _, err := net.SplitHostPort(o.natsListen); err != nil {
+			host, _, err := net.SplitHostPort(o.natsListen)
+			if err != nil {
 				return fmt.Errorf("--nats-listen must be HOST:PORT, not %q", o.natsListen)
 			}
 			if err := queue.CheckListenAddr(o.natsListen); err != nil {
@@ -441,7 +442,7 @@ func (o *serveOptions) natsFlagsAgree() error {
 			}
 			// --dev promises nothing beyond the loopback interface, and
 			// the embedded server has no authentication.
-			if host, _, _ := net.SplitHostPort(o.natsListen); o.dev && !app.LoopbackHost(host) {
+			if o.dev && !app.LoopbackHost(host) {
 				return fmt.Errorf("--nats-listen %q: with --dev, nothing listens beyond the loopback interface (127.0.0.1, ::1 or localhost)", o.natsListen)
 			}
 		}
