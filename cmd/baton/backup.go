@@ -86,9 +86,6 @@ container, whose volume would otherwise keep the copy.`,
 // for the server's writer nor holds it up. It neither creates nor migrates
 // src.
 func backupDatabase(ctx context.Context, src, dst string) (err error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("no baton database at %s (is --data right?)", src)
 	}
@@ -154,9 +151,6 @@ func backupToStream(ctx context.Context, src string, out io.Writer) error {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			return cliUsage(errors.New("backup -: standard output is a terminal; redirect it to a file"))
 		}
-	}
-	if _, err := os.Stat(src); err != nil {
-		return fmt.Errorf("no baton database at %s (is --data right?)", src)
 	}
 	// A reader gone (| head) is a write error, not a death by SIGPIPE
 	// that would leave the temporary file behind.
