@@ -34,17 +34,32 @@ func OpenAPIDocument() []byte { return openAPIJSON }
 // (method and path pattern), for the API's metrics; "unknown" for a route
 // it does not describe (which the OpenAPI tests do not let pass).
 func openAPIOperationID(method, pattern string) string {
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
-		return "unknown"
-	}
-	var op struct {
-		OperationID string `json:"operationId"`
-	}
-	if raw, ok := doc.Paths[pattern][strings.ToLower(method)]; ok && json.Unmarshal(raw, &op) == nil && op.OperationID != "" {
-		return op.OperationID
+	if id := openAPIOperationIDs()[strings.ToLower(method)+" "+pattern]; id != "" {
+		return id
 	}
 	return "unknown"
 }
+
+// openAPIOperationIDs maps "method pattern" (the method in lower case,
+// as openapi.json spells it) to its operationId, read from openapi.json
+// once.
+var openAPIOperationIDs = sync.OnceValue(func() map[string]string {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	ids := map[string]string{}
+	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
+		return ids
+	}
+	for pattern, ops := range doc.Paths {
+		for method, raw := range ops {
+			var op struct {
+				OperationID string `json:"operationId"`
+			}
+			if json.Unmarshal(raw, &op) == nil && op.OperationID != "" {
+				ids[method+" "+pattern] = op.OperationID
+			}
+		}
+	}
+	return ids
+})
