@@ -268,7 +268,7 @@ list:
 				return rep, ctx.Err()
 			}
 			errs = append(errs, fmt.Errorf("redeliver %s: %w", g.guid, err))
-			if c := executor.Classify(err, time.Now()); c.PauseInstallation {
+			if c := executor.Classify(err, now); c.PauseInstallation {
 				// GitHub is limiting the App: the rest waits for the next
 				// pass rather than being refused in turn (after a long
 				// outage, thousands of requests that only prolong the
