@@ -256,14 +256,9 @@ func (s *Sim) getGitCommit(c *call) response {
 	for _, p := range cm.parents {
 		parents = append(parents, map[string]any{"sha": p, "url": api + "/git/commits/" + p, "html_url": html + "/commit/" + p})
 	}
-	who := map[string]any{"name": "Monalisa Octocat", "email": "monalisa@example.com", "date": formatTime(cm.at)}
-	return response{status: http.StatusOK, body: map[string]any{
-		"sha": cm.sha, "node_id": nodeID("C_", int64(cm.seq)+r.id), "url": api + "/git/commits/" + cm.sha,
-		"html_url": html + "/commit/" + cm.sha, "author": who, "committer": who, "message": cm.message,
-		"tree":         map[string]any{"sha": fakeSHA(cm.sha, "tree"), "url": api + "/git/trees/" + fakeSHA(cm.sha, "tree")},
-		"parents":      parents,
-		"verification": map[string]any{"verified": false, "reason": "unsigned", "signature": nil, "payload": nil, "verified_at": nil},
-	}}
+	gc := s.gitCommit(r, cm.sha, cm.message, cm.at)
+	gc["sha"], gc["node_id"], gc["html_url"], gc["parents"] = cm.sha, nodeID("C_", int64(cm.seq)+r.id), html+"/commit/"+cm.sha, parents
+	return response{status: http.StatusOK, body: gc}
 }
 
 func (s *Sim) updateRef(c *call) response {

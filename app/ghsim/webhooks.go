@@ -171,18 +171,27 @@ func (s *Sim) renderCommitLocked(r *repo, sha string) map[string]any {
 			parents = append(parents, map[string]any{"sha": p, "url": api + "/commits/" + p, "html_url": s.url + "/" + r.fullName + "/commit/" + p})
 		}
 	}
-	person := map[string]any{"name": "Mona Lisa", "email": "monalisa@example.com", "date": formatTime(at)}
-	tree := fakeSHA("tree", sha)
+	gc := s.gitCommit(r, sha, message, at)
+	gc["comment_count"] = 0
 	return map[string]any{
 		"sha": sha, "node_id": nodeID("C_", int64(len(sha))+r.id), "html_url": s.url + "/" + r.fullName + "/commit/" + sha,
 		"url": api + "/commits/" + sha, "comments_url": api + "/commits/" + sha + "/comments",
-		"commit": map[string]any{
-			"author": person, "committer": person, "message": message, "comment_count": 0,
-			"tree":         map[string]any{"sha": tree, "url": api + "/git/trees/" + tree},
-			"url":          api + "/git/commits/" + sha,
-			"verification": map[string]any{"verified": false, "reason": "unsigned", "signature": nil, "payload": nil, "verified_at": nil},
-		},
-		"author": nil, "committer": nil, "parents": parents,
+		"commit": gc, "author": nil, "committer": nil, "parents": parents,
+	}
+}
+
+// gitCommit is the git commit object of sha (author, committer,
+// message, tree, verification), as a REST commit nests it and the git
+// commits API answers it.
+func (s *Sim) gitCommit(r *repo, sha, message string, at time.Time) map[string]any {
+	api := s.url + "/repos/" + r.fullName
+	person := map[string]any{"name": "Mona Lisa", "email": "monalisa@example.com", "date": formatTime(at)}
+	tree := fakeSHA("tree", sha)
+	return map[string]any{
+		"author": person, "committer": person, "message": message,
+		"tree":         map[string]any{"sha": tree, "url": api + "/git/trees/" + tree},
+		"url":          api + "/git/commits/" + sha,
+		"verification": map[string]any{"verified": false, "reason": "unsigned", "signature": nil, "payload": nil, "verified_at": nil},
 	}
 }
 
