@@ -112,6 +112,13 @@ func newCLILeaseProxy(t *testing.T, target string) *cliLeaseProxy {
 	return p
 }
 
+// startBaton starts bin with args against the server behind the proxy,
+// as the holder of token.
+func (p *cliLeaseProxy) startBaton(t *testing.T, bin, token string, args ...string) *cliProc {
+	t.Helper()
+	return cliStartBaton(t, bin, []string{"BATON_SERVER=" + p.URL, "BATON_TOKEN=" + token}, args...)
+}
+
 func (p *cliLeaseProxy) acquiredAt() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -128,7 +135,7 @@ func TestLeaseRunStopsCMDBeforeTheLeaseExpires(t *testing.T) {
 	env := newCLIEnv(t, cliEnvOptions{})
 	proxy := newCLILeaseProxy(t, env.URL)
 	const key, ttl = "issue:octo/demo#50", 6 * time.Second
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--ttl", ttl.String(), "--grace", "1s", "--",
 		"sh", "-c", `trap '' TERM; echo "pid $$"; while :; do sleep 0.05; done`)
 	cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "pid ") })
@@ -166,7 +173,7 @@ func TestLeaseRunRenewsOnTimeWhenTheServerIsSlow(t *testing.T) {
 	proxy := newCLILeaseProxy(t, env.URL)
 	proxy.slowRenewals.Store(int64(4500 * time.Millisecond))
 	const key = "issue:octo/demo#54"
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--ttl", "15s", "--grace", "1s", "--", "sh", "-c", "sleep 18; echo done")
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Errorf("exit %d, want CMD's 0; stderr: %s", code, p.stderr)
@@ -190,7 +197,7 @@ func TestLeaseRunExitsWhileARenewalHangs(t *testing.T) {
 	const key = "issue:octo/demo#51"
 	// The renewal starts 5s in (TTL/3) and would be waited for until 3s
 	// before the lease may expire (--grace 1s and the 2s margin): 12s in.
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--ttl", "15s", "--grace", "1s", "--", "sh", "-c", "sleep 6; echo done")
 	cliEventually(t, 30*time.Second, "the command to end", func() bool { return strings.Contains(p.stdout.String(), "done") })
 	ended := time.Now()
@@ -221,7 +228,7 @@ func TestLeaseRunStopsOnASignalWhileAcquiring(t *testing.T) {
 	proxy := newCLILeaseProxy(t, env.URL)
 	proxy.hangAcquires.Store(true)
 	const key = "issue:octo/demo#55"
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--", "sh", "-c", "echo ran")
 	cliEventually(t, 30*time.Second, "the acquire to reach the server", func() bool { return proxy.acquires.Load() > 0 })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -247,7 +254,7 @@ func TestLeaseRunSignalWhileAcquiringReleasesAGrantUnanswered(t *testing.T) {
 	proxy := newCLILeaseProxy(t, env.URL)
 	proxy.muteAcquires.Store(true)
 	const key = "issue:octo/demo#57"
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--ttl", "10m", "--", "sh", "-c", "echo ran")
 	cliEventually(t, 30*time.Second, "the server to grant the lease", func() bool { return proxy.mutedGrants.Load() > 0 })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -268,7 +275,7 @@ func TestLeaseRunSignalWhileAcquiringReleasesAGrantUnanswered(t *testing.T) {
 	proxy.muteAcquires.Store(false)
 	proxy.hangAcquires.Store(true)
 	before := proxy.acquires.Load()
-	p = cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p = proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--owner", "deploy", "--", "sh", "-c", "echo ran")
 	cliEventually(t, 30*time.Second, "the acquire to reach the proxy", func() bool { return proxy.acquires.Load() > before })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -345,7 +352,7 @@ func TestLeaseRunWaitsForTheServer(t *testing.T) {
 	proxy := newCLILeaseProxy(t, env.URL)
 	proxy.down.Store(true)
 	const key = "issue:octo/demo#52"
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--wait", "--poll", "50ms", "--", "sh", "-c", "echo ran")
 	cliEventually(t, 30*time.Second, "baton to say it waits", func() bool {
 		select {
@@ -381,7 +388,7 @@ func TestLeaseRunStopsCMDWhenBatonIsStopped(t *testing.T) {
 	// expire (leaseStopLead), and kills it 750ms before. (With a --grace
 	// of TTL/3, no time is left for the clocks: CMD's SIGKILL would be due
 	// when the lease may expire.)
-	p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + proxy.URL, "BATON_TOKEN=" + env.alice},
+	p := proxy.startBaton(t, bin, env.alice,
 		"lease", "run", key, "--ttl", ttl.String(), "--grace", "200ms", "--",
 		"sh", "-c", `trap '' TERM; echo "pid $$"; while :; do sleep 0.05; done`)
 	cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "pid ") })
