@@ -27,17 +27,7 @@ func TestWaitingOperationRunsAfterReinstall(t *testing.T) {
 		t.Fatalf("submit: %+v %v", op, err)
 	}
 
-	if err := e.sim.DeleteInstallation(1); err != nil {
-		t.Fatal(err)
-	}
-	e.waitInstallation("octo", "demo", 0)
-	if err := e.sim.AddInstallation(7, "octo"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.sim.AddRepo("octo", "demo", 7); err != nil {
-		t.Fatal(err)
-	}
-	e.waitInstallation("octo", "demo", 7)
+	e.reinstallDemo()
 	holder7 := e.client(TokenSpec{Actor: "holder", Installations: []int64{7}})
 	if err := holder7.ReleaseLease(ctx, "issue:octo/demo#10", "h", g.Token); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,24 @@ func (e *reinstallEnv) waitInstallation(owner, name string, want int64) {
 	}
 }
 
+// reinstallDemo uninstalls the App from octo (installation 1) and installs
+// it again as installation 7, with octo/demo, and waits until the server
+// resolves octo/demo to each in turn.
+func (e *reinstallEnv) reinstallDemo() {
+	e.t.Helper()
+	if err := e.sim.DeleteInstallation(1); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitInstallation("octo", "demo", 0)
+	if err := e.sim.AddInstallation(7, "octo"); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.sim.AddRepo("octo", "demo", 7); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitInstallation("octo", "demo", 7)
+}
+
 func (e *reinstallEnv) client(spec TokenSpec) *client.Client {
 	e.t.Helper()
 	token, _, err := e.srv.Tokens().CreateToken(context.Background(), spec)
@@ -105,17 +123,7 @@ func TestTokenFollowsAccountAcrossReinstall(t *testing.T) {
 	_, err = e.comment(ci, "acme-before", "acme/site")
 	wantForbidden(t, "octo's token on acme/site", err)
 
-	if err := e.sim.DeleteInstallation(1); err != nil {
-		t.Fatal(err)
-	}
-	e.waitInstallation("octo", "demo", 0)
-	if err := e.sim.AddInstallation(7, "octo"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.sim.AddRepo("octo", "demo", 7); err != nil {
-		t.Fatal(err)
-	}
-	e.waitInstallation("octo", "demo", 7)
+	e.reinstallDemo()
 
 	op, err := e.comment(ci, "after", "octo/demo")
 	if err != nil || op.InstallationID != 7 {
