@@ -123,16 +123,8 @@ func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, Config{Dev: true})
 	for _, token := range []string{srv.Dev().Token, ""} {
-		for _, c := range []struct{ method, path, allow string }{
-			{"POST", "/v1/repos/octo/demo/queue", "GET, HEAD"},
-			{"DELETE", "/v1/repos/octo/demo/queue", "GET, HEAD"},
-			{"DELETE", "/v1/repos/octo/demo/queue/events", "GET, HEAD"},
-			{"PUT", "/v1/repos/octo/demo/queue/audit", "GET, HEAD"},
-			{"GET", "/v1/repos/octo/demo/queue/reconcile", "POST"},
-			// The API's own route, for comparison.
-			{"DELETE", "/v1/operations", "POST, GET, HEAD"},
-		} {
-			req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
+		ask := func(method, path string) (*http.Request, *http.Response, []byte) {
+			req, _ := http.NewRequest(method, srv.URL()+path, nil)
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
@@ -142,6 +134,18 @@ func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			return req, resp, b
+		}
+		for _, c := range []struct{ method, path, allow string }{
+			{"POST", "/v1/repos/octo/demo/queue", "GET, HEAD"},
+			{"DELETE", "/v1/repos/octo/demo/queue", "GET, HEAD"},
+			{"DELETE", "/v1/repos/octo/demo/queue/events", "GET, HEAD"},
+			{"PUT", "/v1/repos/octo/demo/queue/audit", "GET, HEAD"},
+			{"GET", "/v1/repos/octo/demo/queue/reconcile", "POST"},
+			// The API's own route, for comparison.
+			{"DELETE", "/v1/operations", "POST, GET, HEAD"},
+		} {
+			req, resp, b := ask(c.method, c.path)
 			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow || !strings.Contains(string(b), `"invalid_request"`) {
 				t.Errorf("%s %s (token %t): %d Allow %q, want 405 Allow %q: %s", c.method, c.path, token != "",
 					resp.StatusCode, resp.Header.Get("Allow"), c.allow, b)
@@ -153,16 +157,7 @@ func TestServerMergeQueueMethodNotAllowed(t *testing.T) {
 			}
 		}
 		for _, path := range []string{"/v1/repos/octo/demo/queue/nope", "/v1/repos/octo/demo", "/v1/operations/x/y"} {
-			req, _ := http.NewRequest("GET", srv.URL()+path, nil)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_, resp, b := ask("GET", path)
 			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) {
 				t.Errorf("GET %s (token %t): %d %s, want 404 not_found", path, token != "", resp.StatusCode, b)
 			}
