@@ -162,6 +162,21 @@ func TestServeRetentionFlag(t *testing.T) {
 	}
 }
 
+// parseServeFlags parses args as serve's flags, then sets each flag not
+// given from its BATON_ variable.
+func parseServeFlags(t *testing.T, args []string) (*serveOptions, *cobra.Command) {
+	t.Helper()
+	o := &serveOptions{}
+	cmd := serveCmd(o)
+	if err := cmd.Flags().Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := envFlags(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	return o, cmd
+}
+
 func flagNames(cmd *cobra.Command) []string {
 	var out []string
 	cmd.Flags().VisitAll(func(f *pflag.Flag) { out = append(out, f.Name) })
@@ -303,14 +318,7 @@ func TestServeMergeQueueGateTimeoutFlag(t *testing.T) {
 		if tc.env != "" {
 			t.Setenv("BATON_MERGE_QUEUE_GATE_TIMEOUT", tc.env)
 		}
-		o := &serveOptions{}
-		cmd := serveCmd(o)
-		if err := cmd.Flags().Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		if err := envFlags(cmd.Flags()); err != nil {
-			t.Fatal(err)
-		}
+		o, _ := parseServeFlags(t, tc.args)
 		cfg, err := o.config()
 		if err != nil {
 			t.Fatalf("%v (env %q): %v", tc.args, tc.env, err)
@@ -574,14 +582,7 @@ func TestServeDevPacingFlag(t *testing.T) {
 			if tc.env != "" {
 				t.Setenv("BATON_GITHUB_PACING", tc.env)
 			}
-			o := &serveOptions{}
-			cmd := serveCmd(o)
-			if err := cmd.Flags().Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			if err := envFlags(cmd.Flags()); err != nil {
-				t.Fatal(err)
-			}
+			o, cmd := parseServeFlags(t, tc.args)
 			o.noteGiven(cmd.Flags())
 			cfg, err := o.config()
 			if err != nil {
