@@ -24,9 +24,10 @@ type inProcess struct {
 	tokens *app.TokenStore
 }
 
-func newInProcess(t *testing.T) *inProcess {
+// startDemoSim starts a simulated GitHub with no primary rate limit,
+// seeded with the demo account, closed at the end of the test.
+func startDemoSim(t *testing.T, ctx context.Context) *ghsim.Sim {
 	t.Helper()
-	ctx := context.Background()
 	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,13 @@ func newInProcess(t *testing.T) *inProcess {
 	if err := sim.SeedDemo(); err != nil {
 		t.Fatal(err)
 	}
+	return sim
+}
+
+func newInProcess(t *testing.T) *inProcess {
+	t.Helper()
+	ctx := context.Background()
+	sim := startDemoSim(t, ctx)
 	off := false
 	dir := filepath.Join(t.TempDir(), "data")
 	cfg := app.Config{

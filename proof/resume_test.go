@@ -23,17 +23,7 @@ func TestInFlightOperationResumesAtRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bin := batonBinary(t)
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		t.Fatal(err)
-	}
+	sim := startDemoSim(t, ctx)
 	work := t.TempDir()
 	dataDir := filepath.Join(work, "data")
 	keyFile, secretFile := appFiles(t, sim, work)
