@@ -124,17 +124,7 @@ func TestActionsAgainstSimulator(t *testing.T) {
 			t.Fatalf("mismatch: %+v (%v)", cl, err)
 		}
 		// main moves on: the update has something to bring in.
-		base, err := sim.Ref("octo", "demo", "heads/main")
-		if err != nil {
-			t.Fatal(err)
-		}
-		moved, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "on main"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
-			t.Fatal(err)
-		}
+		moveDemoMain(t, sim)
 		rec, tg, p = actionRecord(t, schema.ActionUpdateBranch, schema.Resource{Type: "pull_request", ID: "octo/demo#2"}, `{"expectedHeadSha":"`+head+`"}`)
 		if res, _, err := a.do(ctx, c, rec, tg, p); err != nil || !res.(updateBranchResult).Accepted {
 			t.Fatalf("update = %+v, %v", res, err)

@@ -35,14 +35,7 @@ func TestUpdateBranchProbeIsNotFooledByAPush(t *testing.T) {
 	}})
 	sim.Store(s.sim)
 	// main moves on: the update has something to bring in.
-	base, _ := s.sim.Ref("octo", "demo", "heads/main")
-	moved, err := s.sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "on main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
-		t.Fatal(err)
-	}
+	moveDemoMain(t, s.sim)
 	if _, err := s.sim.SetFault(ghsim.Fault{Route: "PUT /repos/{owner}/{repo}/pulls/{number}/update-branch", Kind: ghsim.FaultStatus, Status: 502, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +55,7 @@ func TestUpdateBranchProbeIsNotFooledByAPush(t *testing.T) {
 func TestUpdateBranchProbeFindsTheUpdate(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
-	base, _ := s.sim.Ref("octo", "demo", "heads/main")
-	moved, err := s.sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "on main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
-		t.Fatal(err)
-	}
+	moveDemoMain(t, s.sim)
 	if _, err := s.sim.SetFault(ghsim.Fault{Route: "PUT /repos/{owner}/{repo}/pulls/{number}/update-branch", Kind: ghsim.FaultDropAfter, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,5 +64,22 @@ func TestUpdateBranchProbeFindsTheUpdate(t *testing.T) {
 	got := s.await(t, rec.OperationID, 30*time.Second)
 	if got.Status != schema.StatusSucceeded || !strings.Contains(string(got.Result), `"probed":true`) {
 		t.Fatalf("status=%s category=%s result=%s, want succeeded by the probe", got.Status, got.LastErrorCategory, got.Result)
+	}
+}
+
+// moveDemoMain adds a commit on octo/demo's main, so that an update of a
+// pull request's branch has something to bring in.
+func moveDemoMain(t *testing.T, sim *ghsim.Sim) {
+	t.Helper()
+	base, err := sim.Ref("octo", "demo", "heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := sim.AddCommit("octo", "demo", ghsim.Commit{Parents: []string{base}, Message: "on main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetRef("octo", "demo", "heads/main", moved, ""); err != nil {
+		t.Fatal(err)
 	}
 }
