@@ -29,12 +29,7 @@ func TestExchangeFailureSpendsNoAttempt(t *testing.T) {
 			if _, err := s.sim.SetFault(c.fault); err != nil {
 				t.Fatal(err)
 			}
-			rec := s.submit(t, "one-attempt", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
-				func(sub *schema.Submission) { sub.MaxAttempts = 1 })
-			got := s.await(t, rec.OperationID, 20*time.Second)
-			if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
-				t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
-			}
+			got := commentOnceAfterAFailedExchange(t, s, "one-attempt")
 			if a := got.AttemptLog[0]; !a.NotSent || a.Probe || (c.name == "502" && a.HTTPStatus != 502) {
 				t.Errorf("the failed exchange is recorded as %+v", a)
 			}
@@ -58,12 +53,7 @@ func TestExchangeTimeoutSpendsNoAttempt(t *testing.T) {
 	if _, err := s.sim.SetFault(ghsim.Fault{Route: exchangeRoute, Kind: ghsim.FaultLatency, Latency: 2 * time.Second, Count: 1}); err != nil {
 		t.Fatal(err)
 	}
-	rec := s.submit(t, "slow-exchange", schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
-		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
-	got := s.await(t, rec.OperationID, 20*time.Second)
-	if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
-		t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
-	}
+	got := commentOnceAfterAFailedExchange(t, s, "slow-exchange")
 	if a := got.AttemptLog[0]; !a.NotSent || a.Probe || a.ErrorCategory != CategoryTimeout {
 		t.Errorf("the timed-out exchange is recorded as %+v", a)
 	}
@@ -144,4 +134,18 @@ func TestNotSentInARow(t *testing.T) {
 			t.Errorf("%+v: ambiguous %v, want %v", c.log, got, c.ambiguous)
 		}
 	}
+}
+
+// commentOnceAfterAFailedExchange submits a comment on octo/demo#10 with
+// one attempt, awaits it, and checks that it succeeded on that attempt,
+// after one failed exchange: two entries in its attempt log.
+func commentOnceAfterAFailedExchange(t *testing.T, s *stack, key string) schema.Record {
+	t.Helper()
+	rec := s.submit(t, key, schema.ActionComment, schema.Resource{Type: "issue", ID: "octo/demo#10"}, `{"body":"x"}`,
+		func(sub *schema.Submission) { sub.MaxAttempts = 1 })
+	got := s.await(t, rec.OperationID, 20*time.Second)
+	if got.Status != schema.StatusSucceeded || got.Attempts != 1 || len(got.AttemptLog) != 2 {
+		t.Fatalf("status=%s attempts=%d category=%s %s log=%+v", got.Status, got.Attempts, got.LastErrorCategory, got.LastErrorMessage, got.AttemptLog)
+	}
+	return got
 }
