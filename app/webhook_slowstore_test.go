@@ -21,16 +21,9 @@ func TestWebhookAnswersWithinRecordTimeoutWhenTheStoreIsSlow(t *testing.T) {
 	w, l := newHookReceiver(t, WebhookConfig{RecordTimeout: timeout})
 	ctx := hookCtx(t)
 
-	held, release := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
 	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- l.db.Write(context.Background(), func(*sqlite.Tx) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	holdWriter(l.db, release, writeDone)
 	// The writer is held for 3 s, ten times the timeout.
 	releaseAt := time.AfterFunc(3*time.Second, func() { close(release) })
 	defer releaseAt.Stop()
@@ -64,19 +57,12 @@ func TestWebhookReplayAnswersWithinRecordTimeoutWhenTheStoreIsSlow(t *testing.T)
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	var l *DeliveryLedger
-	held, release := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
 	writeDone := make(chan error, 1)
 	replay := func(ctx context.Context, id string) error {
 		// The store's writer is taken by something else between the
 		// delivery's record and its replay.
-		go func() {
-			writeDone <- l.db.Write(context.Background(), func(*sqlite.Tx) error {
-				close(held)
-				<-release
-				return nil
-			})
-		}()
-		<-held
+		holdWriter(l.db, release, writeDone)
 		_, err := l.requeue(ctx, id)
 		return err
 	}
@@ -108,4 +94,18 @@ func TestWebhookReplayAnswersWithinRecordTimeoutWhenTheStoreIsSlow(t *testing.T)
 		t.Fatalf("after a replay answered 503: %+v, %v", r, err)
 	}
 	hookEventually(t, ctx, "the in-flight budget given back", func() bool { return w.inFlight.Load() == 0 })
+}
+
+// holdWriter takes db's writer and keeps it until release is closed, then
+// sends the write's error on done. It returns once the writer is taken.
+func holdWriter(db *sqlite.DB, release <-chan struct{}, done chan<- error) {
+	held := make(chan struct{})
+	go func() {
+		done <- db.Write(context.Background(), func(*sqlite.Tx) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
 }
