@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"time"
 
@@ -303,6 +304,15 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 		log.Info("took over an expired lease", zap.String(LogEvent, "lease_preempted"),
 			zap.String("previousOwner", coordinator.LogOwner(lease.Preempted.Owner)), zap.Duration("expiredFor", lease.Preempted.ExpiredFor))
 	}
+	// A panic from here on (a bug in an action or in the loop) must not
+	// leave the resource locked until the lease expires: the lease is
+	// released (after the keepalive has stopped, below) and the record
+	// left as a crash would leave it, and the queue counts the failure.
+	defer func() {
+		if p := recover(); p != nil {
+			res, stale = e.recovered(ctx, log, lease, p), false
+		}
+	}()
 	leave := e.turns.enter(rec.Resource.Key())
 	defer leave() // also when the lease was lost
 	kctx, stop := e.leases.KeepAlive(ctx, lease)
@@ -322,6 +332,31 @@ func (e *Executor) process(ctx context.Context, rec *schema.Record, handedOff bo
 	// A cancellation after an attempt that may have been applied is
 	// recorded only once the probe has looked: the loop probes first.
 	return r.loop(), false
+}
+
+// recovered handles a panic that ended an operation's run under its
+// lease: it logs it with its stack and releases the lease without saving
+// the record, which stays as the last fenced save left it (running, with
+// an attempt whose end is not recorded if the panic came during one, so
+// the next run probes before it calls again). The operation fails this
+// delivery: the queue sends it back after its failure backoff and
+// dead-letters it if it keeps failing.
+//
+// The panic's value is logged only when the runtime raised it: a value
+// given to panic by code may hold anything, payload content included.
+func (e *Executor) recovered(ctx context.Context, log *zap.Logger, lease *coordinator.Lease, p any) Result {
+	what := fmt.Sprintf("a value of type %T", p)
+	if re, ok := p.(runtime.Error); ok {
+		what = re.Error()
+	}
+	log.Error("operation panicked; lease released", zap.String(LogEvent, "operation_panicked"),
+		zap.String("panic", what), zap.Stack("stack"))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.leases.ReleaseWith(rctx, lease, nil); err != nil && !errors.Is(err, coordinator.ErrLeaseLost) {
+		log.Warn("lease not released after a panic; it expires", zap.String(LogEvent, "release_failed"), zap.Error(err))
+	}
+	return failed(fmt.Errorf("executor: panic while processing: %s", what))
 }
 
 // installation finds the installation the operation runs as. unavailable
