@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -163,5 +164,37 @@ baton_api_requests_total{code="5xx",route="reconcileMergeQueue"} 1
 	}
 	if got.String() != want {
 		t.Errorf("merge queue routes in baton_api_requests_total:\n%s\nwant:%s", got.String(), want)
+	}
+}
+
+// A fresh server's labelled counters have their failure series at 0
+// before anything failed, so that rate(x[5m]) > 0 and increase() see the
+// first failure, and absent() does not fire on a healthy server.
+func TestServerCountersStartAtZero(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, Config{Dev: true})
+	resp, err := http.Get(srv.URL() + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %v %v", resp, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics := string(b)
+	for _, series := range []string{
+		`baton_executor_attempts_total{action="github.pulls.merge",result="server_error"} 0`,
+		`baton_executor_attempts_total{action="github.issues.comment",result="secondary_rate_limit"} 0`,
+		`baton_executor_operations_finished_total{action="github.git.update_ref",outcome="failed"} 0`,
+		`baton_executor_operation_duration_seconds_count{action="github.repos.create_status"} 0`,
+		`baton_executor_operations_submitted_total{created="false"} 0`,
+		`baton_coordinator_acquires_total{result="error"} 0`,
+		`baton_coordinator_renewals_total{result="lost"} 0`,
+		`baton_coordinator_releases_total{result="error"} 0`,
+		`baton_mergequeue_changes_total{action="bounce"} 0`,
+		`baton_mergequeue_events_total{result="error"} 0`,
+		`baton_mergequeue_reconciles_total{result="error"} 0`,
+	} {
+		if !strings.Contains(metrics, "\n"+series+"\n") {
+			t.Errorf("/metrics lacks %s", series)
+		}
 	}
 }

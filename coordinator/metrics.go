@@ -50,6 +50,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Dead leases force-released by Reconcile.",
 		}),
 	}
+	// Every series exists from the start, at 0, so that an alert on the
+	// increase of one (lost, error) sees its first event, which a series
+	// born at 1 would hide.
+	for _, r := range []string{resultOK, resultPreempted, resultHeld, resultInvalid, resultError} {
+		m.acquires.WithLabelValues(r)
+	}
+	for _, r := range []string{resultOK, resultLost, resultInvalid, resultError} {
+		m.renewals.WithLabelValues(r)
+		m.releases.WithLabelValues(r)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.acquires, m.renewals, m.releases, m.lost, m.forceReleased} {
 			if err := reg.Register(c); err != nil {

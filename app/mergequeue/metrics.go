@@ -28,6 +28,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reconciles of a repository's merge queue, by result (done, skipped, error).",
 		}, []string{"result"}),
 	}
+	// Every series exists from the start, at 0, so that an alert on the
+	// increase of one (an error, a bounce) sees its first event, which a
+	// series born at 1 would hide.
+	for _, a := range []string{AuditJoin, AuditLeave, AuditReevaluate, AuditGateSuccess, AuditGateFailure, AuditMerge, AuditBounce} {
+		m.changes.WithLabelValues(a)
+	}
+	for _, r := range []string{"handled", "ignored", "retry", "invalid", "error"} {
+		m.events.WithLabelValues(r)
+	}
+	for _, r := range []string{"done", "skipped", "error"} {
+		m.reconciles.WithLabelValues(r)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.changes, m.events, m.reconciles} {
 			if err := reg.Register(c); err != nil {
