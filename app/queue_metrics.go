@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,13 +14,17 @@ import (
 // metrics, read when /metrics is scraped.
 type queueCollector struct {
 	b *queue.Broker
+	// deadLetterCount is the last count of the dead letters read, plus
+	// one (0: never read).
+	deadLetterCount atomic.Uint64
 
 	published, publishErrors, handled, handlerSeconds, active, deadLettered, deadLetters, reconciled *prometheus.Desc
 }
 
 // deadLetterCountTimeout bounds the stream read a scrape makes to count
-// the dead letters waiting; a scrape that cannot read them leaves the
-// gauge out rather than wait.
+// the dead letters waiting; a scrape that cannot read them (NATS
+// unreachable) shows the last count read rather than wait, and leaves the
+// gauge out only if none was ever read.
 const deadLetterCountTimeout = 2 * time.Second
 
 func newQueueCollector(b *queue.Broker) *queueCollector {
@@ -69,7 +74,13 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadLetterCountTimeout)
 	defer cancel()
 	if n, err := c.b.DeadLetterCount(ctx); err == nil {
-		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.GaugeValue, float64(n))
+		c.deadLetterCount.Store(n + 1)
+	}
+	// A count that cannot be read now (NATS unreachable) is shown as last
+	// read: an alert on dead letters waiting must not resolve, nor an
+	// absent() fire, for want of a read.
+	if n := c.deadLetterCount.Load(); n > 0 {
+		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.GaugeValue, float64(n-1))
 	}
 	counter(c.reconciled, s.ReconciledPresent, "present")
 	counter(c.reconciled, s.ReconciledDeadLettered, "dead_lettered")
