@@ -223,9 +223,9 @@ func (a *API) waitTerminal(r *http.Request, p *Principal, rec schema.Record, wai
 		case <-ctx.Done():
 			return rec, nil, true, nil
 		case <-deadline.C:
-			return rec, nil, false, nil
+			return a.waitEnded(r, p, rec)
 		case <-a.closing:
-			return rec, nil, false, nil
+			return a.waitEnded(r, p, rec)
 		case <-tick.C:
 			next, err := a.ops.Get(ctx, rec.OperationID)
 			if err != nil {
@@ -247,6 +247,26 @@ func (a *API) waitTerminal(r *http.Request, p *Principal, rec schema.Record, wai
 		}
 	}
 	return rec, nil, false, nil
+}
+
+// waitEnded is the answer of a wait that ran out (or that the server's
+// stop ended): the record read again and, if it is still unfinished, its
+// dead letter looked up, so that an operation finished or dead-lettered
+// since the last look (up to deadLetterCheckEvery ago) is answered as it
+// is, not as it was.
+func (a *API) waitEnded(r *http.Request, p *Principal, rec schema.Record) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
+	ctx := r.Context()
+	next, err := a.ops.Get(ctx, rec.OperationID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return rec, nil, true, nil
+		}
+		return rec, nil, false, err
+	}
+	if next.Terminal() {
+		return next, nil, false, nil
+	}
+	return next, a.deadLetterOf(ctx, p, next.OperationID), false, nil
 }
 
 // visibleOperation returns the operation if the principal may see it:

@@ -1057,3 +1057,36 @@ func TestAPIWaitEndsWhenTokenRevoked(t *testing.T) {
 		t.Fatal("the wait did not end")
 	}
 }
+
+// An operation dead-lettered in the last second of a ?wait= is answered
+// with its dead letter when the wait runs out: the answer is read at the
+// end of the wait, not as it stood at the last look, so that `baton status
+// --wait` exits 6 (dead-lettered), not 5 (still running).
+func TestAPIWaitEndingSeesALateDeadLetter(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	ctx := context.Background()
+	v := env.submit(env.alice, "late-poison", 10)
+	type waited struct {
+		op  client.Operation
+		err error
+	}
+	waitDone := make(chan waited, 1)
+	go func() {
+		// Shorter than the interval between dead-letter looks: the wait
+		// itself never looks.
+		op, err := env.client(env.alice).Wait(ctx, v.OperationID, 900*time.Millisecond)
+		waitDone <- waited{op, err}
+	}()
+	time.Sleep(150 * time.Millisecond) // the wait is under way, finding no dead letter
+	c := env.failingConsumer()
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+	}()
+	w := <-waitDone
+	if w.err != nil || w.op.DeadLetter == nil {
+		t.Fatalf("wait = %+v, %v; want the operation with its dead letter", w.op, w.err)
+	}
+}
