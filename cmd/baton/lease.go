@@ -352,7 +352,8 @@ third of the TTL (less 2s) for the same guarantee.
 Exit status:
   CMD's own    CMD ran and exited (128+N when killed by signal N)
   3            the lease is held by another (without --wait)
-  4            the lease was lost while CMD ran (a renewal was refused, or
+  4            the lease was lost while CMD ran (a renewal was refused:
+               lease lost, token revoked or no longer allowed on KEY; or
                none got through in time): CMD got SIGTERM, and SIGKILL
                after --grace; a lease still held then is released
   1, 2         an error, bad usage
@@ -606,6 +607,13 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			case client.CodeOf(err) == client.CodeLeaseLost:
 				lost <- fmt.Errorf("lease %s lost: %v", key, cliAPIError(err))
 				return
+			case renewalRefusedForGood(err):
+				// The server will refuse every renewal (the token was
+				// revoked, or may no longer act on the resource): the lease
+				// is as good as lost, and CMD must not run on until it
+				// expires.
+				lost <- fmt.Errorf("renewal of lease %s refused: %v", key, cliAPIError(err))
+				return
 			default:
 				// Unknown: the server may be away for a moment. Try again
 				// soon, until the deadline.
@@ -695,6 +703,18 @@ func runUnderLease(ctx context.Context, c *client.Client, key string, argv []str
 			return exitLeaseLost, nil
 		}
 	}
+}
+
+// renewalRefusedForGood reports whether a renewal's error is a refusal
+// that asking again cannot change: the token is not (any more) valid, may
+// not act on the resource, or the request itself is refused. A server
+// error, a rate limit or no answer at all may pass, and is retried.
+func renewalRefusedForGood(err error) bool {
+	switch client.CodeOf(err) {
+	case client.CodeUnauthorized, client.CodeForbidden, client.CodeNotFound, client.CodeInvalidRequest:
+		return true
+	}
+	return false
 }
 
 // leaseAcquireOrSignal asks for the lease, and cuts the request short if

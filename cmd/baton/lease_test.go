@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/client"
 )
 
@@ -352,6 +353,35 @@ func TestLeaseRun(t *testing.T) {
 		}
 		if st, _ := alice.CheckLease(ctx, key); st.Owner != "bob/thief" {
 			t.Errorf("the new holder's lease was touched: %+v", st)
+		}
+	})
+
+	t.Run("a renewal refused for good stops the command at once: exit 4", func(t *testing.T) {
+		t.Parallel()
+		const key = "issue:octo/demo#26"
+		tok, rec, err := env.tokens.CreateToken(ctx, app.TokenSpec{Actor: "alice", Installations: []int64{1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Renewed every 10s; with no renewal through, the command would be
+		// stopped 20s in, 10s before the lease may expire.
+		p := cliStartBaton(t, bin, []string{"BATON_SERVER=" + env.URL, "BATON_TOKEN=" + tok}, "lease", "run", key, "--ttl", "30s", "--",
+			"sh", "-c", `trap 'echo got-term; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+		cliEventually(t, 30*time.Second, "the command to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+		start := time.Now()
+		if _, err := env.tokens.RevokeToken(ctx, rec.ID); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 60*time.Second); code != 4 {
+			t.Errorf("exit %d, want 4; stderr: %s", code, p.stderr)
+		}
+		// Stopped at the first renewal (10s in), not when the lease nears
+		// its expiry (20s in).
+		if in := time.Since(start); in > 15*time.Second {
+			t.Errorf("the command was stopped %s after the token was revoked; want at its next renewal", in.Round(time.Second))
+		}
+		if !strings.Contains(p.stdout.String(), "got-term") || !strings.Contains(p.stderr.String(), "refused") {
+			t.Errorf("stdout %q, stderr %q", p.stdout, p.stderr)
 		}
 	})
 
