@@ -166,6 +166,12 @@ func TestAPIBadInput(t *testing.T) {
 		{"payload field twice", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, `"payload":{"body":"x","body":"hi"}`, 1), 400, "invalid_request"},
 		{"payload with a name twice deep inside", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, `"payload":{"body":"hi","x":[{"a":1,"a":2}]}`, 1), 400, "invalid_request"},
 		{"invalid UTF-8 in the payload", "POST", "/v1/operations", env.alice, strings.Replace(ok, `"payload":{"body":"hi"}`, "\"payload\":{\"body\":\"h\xffi\"}", 1), 400, "invalid_request"},
+		{"NUL in the comment body", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) { m["payload"] = map[string]any{"body": "a\x00b"} }), 400, "invalid_request"},
+		{"NUL in a status description", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) {
+			m["action"], m["resource"] = schema.ActionCreateStatus, map[string]any{"type": "commit", "id": "octo/demo@" + strings.Repeat("a", 40)}
+			m["payload"] = map[string]any{"state": "success", "context": "ci", "description": "ok\x00"}
+		}), 400, "invalid_request"},
+		{"invalid UTF-8 in the action", "POST", "/v1/operations", env.alice, strings.Replace(ok, schema.ActionComment, "github.issues.comm\xffent", 1), 400, "invalid_request"},
 		{"maxAttempts over 10", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) { m["maxAttempts"] = 11 }), 400, "invalid_request"},
 		{"correlationId too long", "POST", "/v1/operations", env.alice, valid(func(m map[string]any) { m["correlationId"] = strings.Repeat("c", 129) }), 400, "invalid_request"},
 		{"query parameter on submit", "POST", "/v1/operations?dryRun=1", env.alice, ok, 400, "invalid_request"},

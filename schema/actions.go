@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -226,7 +227,39 @@ func DecodePayload(action string, raw json.RawMessage) (any, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
+	if err := refuseNUL(p, "payload"); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// refuseNUL refuses a payload with a NUL character (U+0000, which JSON
+// carries as \u0000) in one of its strings: no GitHub text means one,
+// GitHub refuses or mangles it, and it would otherwise fail (or post
+// something else) at GitHub rather than at submission. It is checked on
+// submissions only (DecodePayload): a record stored by an earlier baton
+// is carried out as that baton would have.
+func refuseNUL(p payload, prefix string) error {
+	v := reflect.ValueOf(p).Elem()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		f := v.Field(i)
+		var ss []string
+		switch f.Kind() {
+		case reflect.String:
+			ss = []string{f.String()}
+		case reflect.Slice:
+			if f.Type().Elem().Kind() == reflect.String {
+				ss = f.Interface().([]string)
+			}
+		}
+		for _, s := range ss {
+			if strings.ContainsRune(s, 0) {
+				return Invalidf("%s.%s must not contain NUL characters (\\u0000)", prefix, name)
+			}
+		}
+	}
+	return nil
 }
 
 // DecodeStoredPayload decodes the payload of a stored record. It is

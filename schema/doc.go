@@ -17,7 +17,8 @@
 // [Submission.Validate] checks what a client sends before anything is
 // stored: the idempotency key (1–255 printable characters), the action (one
 // of [Actions]), the resource (type and id well-formed for that action), the
-// payload (a JSON object of at most [MaxPayloadBytes]), the correlation id
+// payload (a JSON object of at most [MaxPayloadBytes], with no NUL
+// character, \u0000, in any of its texts), the correlation id
 // (at most 128 characters) and maxAttempts (1–10). Every failure is an
 // *[Error] with code invalid_request and a message naming the field.
 //
