@@ -46,6 +46,10 @@ package app
 // unknown fields, trailing data and wrong types are invalid_request.
 // Unknown routes are 404 not_found and known routes asked with another
 // method are 405 (code invalid_request), both in the same JSON shape.
+// What net/http's server answers itself, before any handler runs (a
+// request it cannot parse: 400; headers over MaxHeaderBytes: 431), is
+// its plain text; ServeMux redirects a path it cleans (// or dot
+// segments) with a 307.
 
 import (
 	"bytes"
