@@ -228,7 +228,9 @@ func hasControl(s string) bool {
 }
 
 // WithHTTPClient sends requests through hc instead of a client with a 90 s
-// timeout. With a shorter hc.Timeout, Wait asks the server to wait at most
+// timeout. The client keeps a copy of hc that follows a redirect only to
+// the server's own scheme, host and port, with the request's method (its
+// CheckRedirect, if any, is asked after that). With a shorter hc.Timeout, Wait asks the server to wait at most
 // two thirds of it per request, so that its long polls are not cut off.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) error {
@@ -299,7 +301,50 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	c.hc = keepOnOrigin(c.hc)
 	return c, nil
+}
+
+// keepOnOrigin returns a copy of hc that follows a redirect only to the
+// same scheme, host and port and with the request's own method. Anything
+// else is answered as the redirect itself (see redirectError): net/http
+// would send the token to another port or scheme of the same host (an
+// https server redirected to http:// would have it travel in the clear),
+// or to a subdomain, and would follow a 301, 302 or 303 to a POST with a
+// GET, whose answer (a list of operations, say) would be taken for the
+// POST's.
+func keepOnOrigin(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		first := via[0]
+		if req.Method != first.Method || req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
+// redirectError is the error of an answer that is a redirect the client
+// did not follow (keepOnOrigin), or nil.
+func redirectError(resp *http.Response) error {
+	if resp.StatusCode < 300 || resp.StatusCode > 399 {
+		return nil
+	}
+	loc, err := resp.Location()
+	if err != nil {
+		return nil
+	}
+	return &Error{Status: resp.StatusCode, Message: fmt.Sprintf(
+		"the server redirected %s %s to %s, which the client does not follow (another address, or another method); give that address as the server URL if it is baton's",
+		resp.Request.Method, resp.Request.URL.Path, redactURL(loc.String()))}
 }
 
 // redactURL is raw with the password of its user information hidden, as
@@ -588,6 +633,9 @@ func (c *Client) Ready(ctx context.Context) (Readiness, error) {
 	if err != nil {
 		return r, err
 	}
+	if err := redirectError(resp); err != nil {
+		return r, err
+	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return r, &Error{Status: resp.StatusCode, Message: "readiness answer is not JSON"}
 	}
@@ -687,6 +735,9 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, bo
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		return resp.StatusCode, 0, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
+	}
+	if err := redirectError(resp); err != nil {
+		return resp.StatusCode, -1, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		again = -1
