@@ -37,8 +37,8 @@ type SetupConfig struct {
 	// PublicURL/setup/callback. Required.
 	PublicURL string
 	// GitHubWebURL is GitHub's web address, where the App is created.
-	// Defaults to https://github.com; GitHub Enterprise Server:
-	// https://HOST.
+	// Defaults to https://HOST when GitHubAPIURL is a GitHub Enterprise
+	// Server's (https://HOST/api/v3/), else to https://github.com.
 	GitHubWebURL string
 	// GitHubAPIURL is GitHub's REST API, where the manifest code is
 	// exchanged. Defaults to https://api.github.com/ for github.com and
@@ -109,7 +109,7 @@ var setupTemplates = template.Must(template.ParseFS(setupFS, "setup/*.html"))
 
 // NewSetup validates cfg and returns the setup handler.
 func NewSetup(cfg SetupConfig) (*Setup, error) {
-	cfg.GitHubWebURL = trimTrailingSlash(cmp.Or(cfg.GitHubWebURL, "https://github.com"))
+	cfg.GitHubWebURL = trimTrailingSlash(cmp.Or(cfg.GitHubWebURL, ghesWebURL(cfg.GitHubAPIURL), "https://github.com"))
 	if cfg.GitHubAPIURL == "" {
 		if cfg.GitHubWebURL == "https://github.com" {
 			cfg.GitHubAPIURL = "https://api.github.com/"
@@ -399,6 +399,19 @@ func (s *Setup) render(w http.ResponseWriter, status int, v setupView) {
 }
 
 func trimTrailingSlash(s string) string { return strings.TrimRight(s, "/") }
+
+// ghesWebURL is the web address of the GitHub Enterprise Server whose
+// REST API is apiURL (https://HOST/api/v3/ → https://HOST), or "" when
+// apiURL is not one: given only the API (--github-url), the App is
+// created on that server, not on github.com, where the code GitHub sends
+// back could not be exchanged at the API.
+func ghesWebURL(apiURL string) string {
+	u, err := url.Parse(apiURL)
+	if err != nil || u.Host == "" || strings.TrimRight(u.Path, "/") != "/api/v3" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
 
 // setupOrigin returns scheme://host of a URL, for the CSP.
 func setupOrigin(raw string) string {

@@ -337,3 +337,32 @@ func TestLoadAppCredentials(t *testing.T) {
 		t.Error(got.InstallURL())
 	}
 }
+
+// Given only GitHub Enterprise Server's API URL (--github-url), the setup
+// creates the App on that server's web pages, not on github.com: there
+// the manifest (baton's public URL) would go to another GitHub, an App
+// would be created there, and its code could not be exchanged at the
+// API given.
+func TestSetupGHESWebURLFromTheAPIURL(t *testing.T) {
+	t.Parallel()
+	for api, web := range map[string]string{
+		"https://ghe.example.com/api/v3/":       "https://ghe.example.com",
+		"https://ghe.example.com/api/v3":        "https://ghe.example.com",
+		"http://ghe.example.com:8443/api/v3/":   "http://ghe.example.com:8443",
+		"https://api.github.com/":               "https://github.com",
+		"https://proxy.example.com/github-api/": "https://github.com",
+	} {
+		s, err := NewSetup(SetupConfig{DataDir: t.TempDir(), PublicURL: "https://x", GitHubAPIURL: api})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.GitHubWebURL != web {
+			t.Errorf("API %s: the App is created at %s, want %s", api, s.cfg.GitHubWebURL, web)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", "/setup", nil))
+		if !strings.Contains(rec.Body.String(), `action="`+web+`/settings/apps/new?state=`) {
+			t.Errorf("API %s: the page's form does not post to %s", api, web)
+		}
+	}
+}

@@ -124,7 +124,7 @@ signal while baton is still starting stops the start, with exit 0 too.`,
 	f.StringVar(&o.publicURL, "public-url", "", "URL GitHub and browsers reach baton at (default http://LISTEN)")
 	f.BoolVar(&o.dev, "dev", false, "run with a GitHub simulator in this process (no GitHub account needed)")
 	f.StringVar(&o.githubURL, "github-url", "", "GitHub REST API base (default https://api.github.com/; GHES: https://HOST/api/v3/)")
-	f.StringVar(&o.githubWebURL, "github-web-url", "", "GitHub web address for the setup flow (default https://github.com)")
+	f.StringVar(&o.githubWebURL, "github-web-url", "", "GitHub web address for the setup flow (default https://HOST for a --github-url of https://HOST/api/v3/, else https://github.com)")
 	f.Int64Var(&o.appID, "app-id", 0, "GitHub App ID (default: the credentials stored by the setup flow)")
 	f.StringVar(&o.privateKey, "private-key", "", "file holding the App's private key (PEM)")
 	f.StringVar(&o.webhookSecret, "webhook-secret", "", "the App's webhook secret (prefer --webhook-secret-file or the environment)")
