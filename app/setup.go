@@ -281,7 +281,10 @@ func (s *Setup) configure(ctx context.Context, code string) (int, setupView) {
 	already := s.configured != nil
 	s.mu.Unlock()
 	if already && !s.cfg.Force {
-		return http.StatusConflict, setupView{State: "error", Error: "baton is configured already; it does not create a second App."}
+		// GitHub has created the App whose code this is: it stays unused,
+		// and only its owner can delete it.
+		return http.StatusConflict, setupView{State: "error", Error: "baton is configured already and does not take a second App. " +
+			"GitHub has created the App you just made all the same: delete it on GitHub (Settings, Developer settings, GitHub Apps)."}
 	}
 
 	creds, err := s.exchange(ctx, code)
@@ -295,7 +298,7 @@ func (s *Setup) configure(ctx context.Context, code string) (int, setupView) {
 			Error: "The App " + creds.Name + " was created on GitHub, but baton could not store its credentials (see its log). Delete the App on GitHub and start again."}
 	}
 	s.log.Info("GitHub App created from the manifest", zap.String(logKeyEvent, "setup.configured"),
-		zap.Int64("appId", creds.AppID), zap.String("slug", creds.Slug))
+		zap.Int64("appId", creds.AppID), zap.String("slug", creds.Slug), zap.String("owner", creds.Owner))
 	view := setupView{State: "done", Creds: &creds, InstallURL: creds.InstallURL(), PublicURL: s.cfg.PublicURL}
 	if s.cfg.OnConfigured != nil {
 		switch err := s.cfg.OnConfigured(ctx, creds); {

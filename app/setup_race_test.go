@@ -101,6 +101,7 @@ func TestSetupConcurrentCallbacks(t *testing.T) {
 	var (
 		wg       sync.WaitGroup
 		statuses [2]int
+		bodies   [2]string
 	)
 	for i := range bs {
 		wg.Add(1)
@@ -111,19 +112,24 @@ func TestSetupConcurrentCallbacks(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			statuses[i] = resp.StatusCode
+			statuses[i], bodies[i] = resp.StatusCode, string(b)
 		}()
 	}
 	wg.Wait()
 	ok, refused := 0, 0
-	for _, s := range statuses {
+	for i, s := range statuses {
 		switch s {
 		case http.StatusOK:
 			ok++
 		case http.StatusConflict:
 			refused++
+			// GitHub created that App too: the person is told to delete
+			// it, not that no second App was made.
+			if !strings.Contains(bodies[i], "delete it on GitHub") {
+				t.Errorf("the refused callback does not say its App exists on GitHub:\n%s", bodies[i])
+			}
 		}
 	}
 	if ok != 1 || refused != 1 {

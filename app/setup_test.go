@@ -187,6 +187,12 @@ func TestSetupFlowOverHTTP(t *testing.T) {
 	if strings.Contains(page, "manifest-form") || !strings.Contains(page, `id="configured"`) || !strings.Contains(page, creds.Name) {
 		t.Errorf("configured page offers a new App:\n%s", page)
 	}
+	// Whoever reached /setup first made the App: the page names its
+	// owner before it offers to install it.
+	if creds.Owner == "" || !strings.Contains(page, `<strong id="app-owner">`+creds.Owner+`</strong>`) ||
+		!strings.Contains(string(body), `<strong id="app-owner">`+creds.Owner+`</strong>`) {
+		t.Errorf("the pages do not name the App's owner %q:\n%s\n%s", creds.Owner, body, page)
+	}
 	page = setupGet(t, browser, e.srv.URL+"/setup/callback?code=abc&state=def", http.StatusBadRequest)
 	if !strings.Contains(page, "not from a setup started here") {
 		t.Errorf("foreign callback:\n%s", page)
