@@ -84,6 +84,9 @@ type Setup struct {
 	mux      *http.ServeMux
 	cookie   string
 	secure   bool
+	// cookiePath is the path the browser sees /setup at: PublicURL's
+	// path (a reverse proxy serving baton under one) and /setup.
+	cookiePath string
 
 	// flowMu serialises the callbacks from the check that baton is not
 	// configured to the end of OnConfigured, so that two callbacks cannot
@@ -156,14 +159,15 @@ func NewSetup(cfg SetupConfig) (*Setup, error) {
 		api.Path += "/"
 	}
 	s := &Setup{
-		cfg:      cfg,
-		log:      cfg.Logger.With(zap.String(logKeySubsystem, "setup")),
-		apiURL:   api,
-		manifest: NewAppManifest(cfg.AppName, cfg.PublicURL),
-		mux:      http.NewServeMux(),
-		cookie:   setupCookieName,
-		secure:   pub.Scheme == "https",
-		states:   map[string]time.Time{},
+		cfg:        cfg,
+		log:        cfg.Logger.With(zap.String(logKeySubsystem, "setup")),
+		apiURL:     api,
+		manifest:   NewAppManifest(cfg.AppName, cfg.PublicURL),
+		mux:        http.NewServeMux(),
+		cookie:     setupCookieName,
+		secure:     pub.Scheme == "https",
+		cookiePath: pub.EscapedPath() + "/setup",
+		states:     map[string]time.Time{},
 	}
 	creds, ok, err := LoadAppCredentials(cfg.DataDir)
 	if err != nil {
@@ -230,7 +234,7 @@ func (s *Setup) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: s.cookie, Value: state, Path: "/setup", MaxAge: int(setupStateTTL.Seconds()),
+		Name: s.cookie, Value: state, Path: s.cookiePath, MaxAge: int(setupStateTTL.Seconds()),
 		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode,
 	})
 	compact, _ := json.Marshal(s.manifest)
@@ -261,7 +265,7 @@ func (s *Setup) callback(w http.ResponseWriter, r *http.Request) {
 			Error: "This link is not from a setup started here, or it has expired. Start again from /setup."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: "", Path: "/setup", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: "", Path: s.cookiePath, MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
 	if !setupCodeRE.MatchString(code) {
 		s.render(w, http.StatusBadRequest, setupView{State: "error", Error: "GitHub did not send back a valid code. Start again from /setup."})
 		return
@@ -394,6 +398,7 @@ func (s *Setup) takeState(state string) bool {
 }
 
 func (s *Setup) render(w http.ResponseWriter, status int, v setupView) {
+	v.PublicURL = s.cfg.PublicURL // the error page links back to PublicURL/setup
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	if err := setupTemplates.ExecuteTemplate(w, "page.html", v); err != nil {
