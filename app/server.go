@@ -52,8 +52,10 @@ type Config struct {
 	GitHubWebURL string
 	// AppID, PrivateKey and WebhookSecret are the GitHub App's
 	// credentials. When AppID is zero they are read from the data
-	// directory (stored by the setup flow); if there are none, baton serves
-	// the setup page and runs no operations until restarted as the App.
+	// directory (stored by the setup flow), a PrivateKey or WebhookSecret
+	// given taking the place of the stored one (a rotation); if there are
+	// none, baton serves the setup page and runs no operations until
+	// restarted as the App.
 	AppID         int64
 	PrivateKey    []byte
 	WebhookSecret string
@@ -522,7 +524,14 @@ func (s *Server) github(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		cfg.AppID, cfg.PrivateKey, cfg.WebhookSecret = creds.AppID, creds.PrivateKey, creds.WebhookSecret
+		// A key or webhook secret given (a rotation: GitHub made a new
+		// one) is used rather than the stored one, which is only their
+		// default.
+		cfg.AppID = creds.AppID
+		if len(cfg.PrivateKey) == 0 {
+			cfg.PrivateKey = creds.PrivateKey
+		}
+		cfg.WebhookSecret = cmp.Or(cfg.WebhookSecret, creds.WebhookSecret)
 		cfg.GitHubURL = cmp.Or(cfg.GitHubURL, creds.APIURL)
 	}
 	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: cfg.GitHubURL, AppID: cfg.AppID, PrivateKey: cfg.PrivateKey})
