@@ -48,7 +48,8 @@ type Config struct {
 	// https://HOST/api/v3/).
 	GitHubURL string
 	// GitHubWebURL is GitHub's web address, for the setup flow. Defaults
-	// to https://github.com.
+	// to https://HOST when GitHubURL is a GitHub Enterprise Server's
+	// (https://HOST/api/v3/), else to https://github.com.
 	GitHubWebURL string
 	// AppID, PrivateKey and WebhookSecret are the GitHub App's
 	// credentials. When AppID is zero they are read from the data
