@@ -223,8 +223,7 @@ func (s *Setup) page(w http.ResponseWriter, r *http.Request) {
 	configured, running := s.configured, s.running
 	s.mu.Unlock()
 	if configured != nil && !s.cfg.Force {
-		s.render(w, http.StatusOK, setupView{State: "configured", Creds: configured, InstallURL: configured.InstallURL(), Running: running,
-			PublicURL: s.cfg.PublicURL})
+		s.render(w, http.StatusOK, setupView{State: "configured", Creds: configured, InstallURL: configured.InstallURL(), Running: running})
 		return
 	}
 	state, err := s.newState()
@@ -245,7 +244,7 @@ func (s *Setup) page(w http.ResponseWriter, r *http.Request) {
 	}
 	action += "?state=" + url.QueryEscape(state)
 	s.render(w, http.StatusOK, setupView{
-		State: "new", AppName: s.cfg.AppName, PublicURL: s.cfg.PublicURL, WebhookURL: s.manifest.HookAttributes.URL,
+		State: "new", AppName: s.cfg.AppName, WebhookURL: s.manifest.HookAttributes.URL,
 		FormAction: action, Manifest: string(compact), Pretty: string(pretty), Org: s.cfg.Organization,
 		Creds: configured, Force: configured != nil,
 	})
@@ -303,7 +302,7 @@ func (s *Setup) configure(ctx context.Context, code string) (int, setupView) {
 	}
 	s.log.Info("GitHub App created from the manifest", zap.String(logKeyEvent, "setup.configured"),
 		zap.Int64("appId", creds.AppID), zap.String("slug", creds.Slug), zap.String("owner", creds.Owner))
-	view := setupView{State: "done", Creds: &creds, InstallURL: creds.InstallURL(), PublicURL: s.cfg.PublicURL}
+	view := setupView{State: "done", Creds: &creds, InstallURL: creds.InstallURL()}
 	if s.cfg.OnConfigured != nil {
 		switch err := s.cfg.OnConfigured(ctx, creds); {
 		case err == nil:
@@ -398,7 +397,7 @@ func (s *Setup) takeState(state string) bool {
 }
 
 func (s *Setup) render(w http.ResponseWriter, status int, v setupView) {
-	v.PublicURL = s.cfg.PublicURL // the error page links back to PublicURL/setup
+	v.PublicURL = s.cfg.PublicURL // shown by the new page; the error page links back to PublicURL/setup
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	if err := setupTemplates.ExecuteTemplate(w, "page.html", v); err != nil {
