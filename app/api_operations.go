@@ -207,10 +207,12 @@ func (a *API) endWait(p *Principal) {
 
 // waitTerminal reads the operation again every poll interval until it is
 // terminal, it is found in the dead-letter stream (it would wait there for
-// an operator, past any wait) or wait has passed. gone is true when the
-// request's context ended first. The request's token is checked again as
-// often as the dead-letter stream is looked at: a token revoked while it
-// waits gets its unauthorized error, not the operation, a minute later.
+// an operator, past any wait) or wait has passed (or the server's stop
+// ends it), when it is read, and its dead letter looked for, once more.
+// gone is true when the request's context ended first. The request's
+// token is checked again as often as the dead-letter stream is looked at:
+// a token revoked while it waits gets its unauthorized error, not the
+// operation, a minute later.
 func (a *API) waitTerminal(r *http.Request, p *Principal, rec schema.Record, wait time.Duration) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
 	ctx := r.Context()
 	deadline := time.NewTimer(wait)
@@ -219,54 +221,44 @@ func (a *API) waitTerminal(r *http.Request, p *Principal, rec schema.Record, wai
 	defer tick.Stop()
 	lastLook := time.Now()
 	for !rec.Terminal() {
+		ended := false // the wait ran out, or the server's stop ended it
 		select {
 		case <-ctx.Done():
 			return rec, nil, true, nil
 		case <-deadline.C:
-			return a.waitEnded(r, p, rec)
+			ended = true
 		case <-a.closing:
-			return a.waitEnded(r, p, rec)
+			ended = true
 		case <-tick.C:
-			next, err := a.ops.Get(ctx, rec.OperationID)
-			if err != nil {
-				if ctx.Err() != nil {
-					return rec, nil, true, nil
-				}
+		}
+		next, err := a.ops.Get(ctx, rec.OperationID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rec, nil, true, nil
+			}
+			return rec, nil, false, err
+		}
+		rec = next
+		if rec.Terminal() {
+			break
+		}
+		if ended {
+			// Answered as it is now: an operation dead-lettered since the
+			// last look (up to deadLetterCheckEvery ago) with its dead
+			// letter, not as it was then.
+			return rec, a.deadLetterOf(ctx, p, rec.OperationID), false, nil
+		}
+		if time.Since(lastLook) >= deadLetterCheckEvery {
+			lastLook = time.Now()
+			if _, err := a.authenticate(r); schema.ErrorCode(err) == schema.CodeUnauthorized {
 				return rec, nil, false, err
 			}
-			rec = next
-			if !rec.Terminal() && time.Since(lastLook) >= deadLetterCheckEvery {
-				lastLook = time.Now()
-				if _, err := a.authenticate(r); schema.ErrorCode(err) == schema.CodeUnauthorized {
-					return rec, nil, false, err
-				}
-				if dl := a.deadLetterOf(ctx, p, rec.OperationID); dl != nil {
-					return rec, dl, false, nil
-				}
+			if dl := a.deadLetterOf(ctx, p, rec.OperationID); dl != nil {
+				return rec, dl, false, nil
 			}
 		}
 	}
 	return rec, nil, false, nil
-}
-
-// waitEnded is the answer of a wait that ran out (or that the server's
-// stop ended): the record read again and, if it is still unfinished, its
-// dead letter looked up, so that an operation finished or dead-lettered
-// since the last look (up to deadLetterCheckEvery ago) is answered as it
-// is, not as it was.
-func (a *API) waitEnded(r *http.Request, p *Principal, rec schema.Record) (_ schema.Record, _ *schema.DeadLetterInfo, gone bool, _ error) {
-	ctx := r.Context()
-	next, err := a.ops.Get(ctx, rec.OperationID)
-	if err != nil {
-		if ctx.Err() != nil {
-			return rec, nil, true, nil
-		}
-		return rec, nil, false, err
-	}
-	if next.Terminal() {
-		return next, nil, false, nil
-	}
-	return next, a.deadLetterOf(ctx, p, next.OperationID), false, nil
 }
 
 // visibleOperation returns the operation if the principal may see it:
