@@ -131,7 +131,9 @@
 //     Events that cannot change anything (a check completing on a commit
 //     no waiting pull request is at, a pull request outside the queue
 //     closed, or pushed to without the label) are told apart by a read of the state and
-//     dropped without taking the lease.
+//     dropped without taking the lease, unless the lease is held: its
+//     holder (a reconcile) may be changing the state from what it read
+//     before the event, so the event waits for it (a *RetryError).
 //   - Every GitHub mutation is an operation with an idempotency key: the
 //     merge's names the pull request, the tested head and the join (and
 //     the try); the bounce comment's the pull request, head and join; the

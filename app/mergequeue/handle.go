@@ -95,8 +95,11 @@ func (q *Queue) HandleEvent(ctx context.Context, ev Event) (err error) {
 // waiting for its gate is at, or a pull request outside the queue being
 // closed, unlabeled or pushed to without the label, cannot, and is not
 // worth taking the lease (CI reports many checks). Whoever later puts such a pull request or commit in the
-// queue reads GitHub's current state then, so nothing is missed. Joins and
-// commands always take the lease.
+// queue reads GitHub's current state then, so nothing is missed; but
+// whoever holds the lease (a reconcile, a merge's outcome) may be putting
+// it in from what it read before the event, and such an event waits for
+// the lease then (a *RetryError). Joins and commands always take the
+// lease.
 func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (bool, error) {
 	switch in.kind {
 	case intentJoin, intentCommand:
@@ -107,6 +110,20 @@ func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (b
 			// may not have been handled yet (see reevaluate).
 			return true, nil
 		}
+	}
+	// Whoever holds the repository's lease may be changing the state from
+	// what it read of GitHub before the event: a reconcile joins the pull
+	// requests it found labelled when it listed them, one after another
+	// (a label since removed, a pull request since closed), and a
+	// reconcile or a merge's outcome moves an entry to a head whose checks
+	// it read before they completed, saving it once it is done with the
+	// others. An event the state as saved does not concern, handled
+	// meanwhile, waits for the lease, to be applied to what the holder
+	// saves. The lease is read before the state: a holder that takes it
+	// after this read reads GitHub after the event's change.
+	lease, err := q.cfg.Leases.Check(ctx, LeaseKey(owner, name))
+	if err != nil {
+		return false, fmt.Errorf("mergequeue: read the lease of %s/%s: %w", owner, name, err)
 	}
 	st, err := loadRepo(ctx, q.cfg.DB, nameKey(owner, name))
 	if err != nil {
@@ -129,6 +146,9 @@ func (q *Queue) concerns(ctx context.Context, owner, name string, in *intent) (b
 				return true, nil
 			}
 		}
+	}
+	if lease.Locked {
+		return false, &RetryError{After: q.cfg.BusyDelay, Err: fmt.Errorf("the lease of %s/%s is held by %s, who may be changing the queue", owner, name, lease.Owner)}
 	}
 	return false, nil
 }
