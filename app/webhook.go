@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -79,8 +80,9 @@ type WebhookConfig struct {
 // or a body that is not a JSON object; 401 a missing or bad signature
 // (nothing is recorded; checked before the delivery's headers and payload
 // are looked at, so an unsigned request learns nothing else); 405 not a
-// POST; 413 a body over MaxBodyBytes; 503 too many bodies in flight, or the
-// ledger's write not done within RecordTimeout; 500 the ledger could not be written.
+// POST; 413 a body over MaxBodyBytes; 503 too many bodies in flight, the
+// ledger's write not done within RecordTimeout, or the store unable to
+// keep writes (a full disk); 500 the ledger could not be written otherwise.
 // Errors have the API's shape: {"error": {"code", "message"}}.
 type WebhookReceiver struct {
 	cfg      WebhookConfig
@@ -291,6 +293,20 @@ func (w *WebhookReceiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	created := res.created
+	storeErr := res.err
+	if storeErr == nil {
+		storeErr = res.replayErr
+	}
+	if err := storeErr; err != nil && (sqlite.IsStorageError(err) || sqlite.IsBusy(err)) {
+		// The store cannot keep writes (a full disk, a failing one, its
+		// lock held by another process): the same delivery is taken once
+		// it can, as the API answers such a write. Nothing was recorded,
+		// or the failed delivery is still failed.
+		log.Error("recording a delivery failed: the store cannot write", zap.String(logKeyEvent, "webhook.store_unavailable"), zap.Error(err))
+		rw.Header().Set("Retry-After", "5")
+		w.fail(rw, http.StatusServiceUnavailable, "error", schema.CodeInternal, "baton cannot store the delivery at the moment; try again later")
+		return
+	}
 	switch {
 	case res.err != nil:
 		log.Error("recording a delivery failed", zap.String(logKeyEvent, "webhook.record_failed"), zap.Error(res.err))
