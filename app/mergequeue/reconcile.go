@@ -172,6 +172,20 @@ func (r *run) reconcile(rep *Report) error {
 	labeled := func(pr *github.PullRequest) bool { return hasLabel(pr, r.q.cfg.Label) }
 	for _, e := range slices.Clone(r.st.entries) {
 		pr := open[e.pr]
+		var cur *github.PullRequest // the pull request as read alone, when not listed
+		if pr == nil {
+			// Not on the pages listed: closed, or listed on none of them
+			// (one closed while the pages were read shifts the pages
+			// after it by one). GitHub's word on the pull request itself
+			// decides: one still open is not taken for closed.
+			var err error
+			if cur, err = r.getPull(e.pr); err != nil {
+				return err
+			}
+			if cur != nil && cur.GetState() == "open" {
+				pr = cur
+			}
+		}
 		if e.status == StatusBounced {
 			if pr == nil || !labeled(pr) {
 				r.remove(e)
@@ -203,10 +217,6 @@ func (r *run) reconcile(rep *Report) error {
 		}
 		switch {
 		case pr == nil:
-			cur, err := r.getPull(e.pr)
-			if err != nil {
-				return err
-			}
 			if cur != nil && cur.GetMerged() {
 				if err := r.merged(e, "merged (found by reconcile)"); err != nil {
 					return err

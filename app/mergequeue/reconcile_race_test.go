@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-dev/baton/app"
 	"github.com/baton-dev/baton/app/ghsim"
+	"github.com/baton-dev/baton/app/mergequeue"
 )
 
 // A pull request's label removed while a reconcile that read it labelled
@@ -133,4 +134,61 @@ func TestCheckCompletingDuringAReconcileThatMovesTheHeadIsRead(t *testing.T) {
 		p := s.pull(t, repo, 1)
 		return p.Merged && p.HeadSHA == head
 	})
+}
+
+// A pull request closed while a reconcile lists the open ones page by page
+// shifts the pages after it: an open pull request in the queue may be on
+// none of the pages the reconcile read. It is still open, so it stays in
+// the queue, in its place, rather than being taken out as closed.
+func TestReconcileKeepsAQueuedPullMissingFromTheListedPages(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	const repo = "reconcile-pages"
+	prs := s.repo(t, repo, 101, []string{"ci"}) // a page of 100 and one more
+	first, closing := prs[0], prs[50]
+	if err := s.sim.AddLabel("octo", repo, first, "baton:queue", "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the first pull request waiting for its checks", func() bool {
+		e, ok := s.entryOf(t, repo, first)
+		return ok && e.GateResult == "pending"
+	})
+
+	// Every listing of the open pull requests is slow: the second page is
+	// read after one on the first was closed.
+	fid, err := s.sim.SetFault(ghsim.Fault{Route: "GET /repos/octo/" + repo + "/pulls", Kind: ghsim.FaultLatency, Latency: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		rep mergequeue.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := s.q.Reconcile(context.Background(), 1, "octo", repo)
+		done <- result{rep, err}
+	}()
+	waitFor(t, 10*time.Second, "the reconcile asking for the second page", func() bool {
+		for _, f := range s.sim.Faults() {
+			if f.ID == fid {
+				return f.Fired >= 2
+			}
+		}
+		return false
+	})
+	if err := s.sim.ClosePull("octo", repo, closing, true, "monalisa"); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	s.sim.ClearFault(fid)
+	if res.err != nil || res.rep.Skipped {
+		t.Fatalf("reconcile: %+v, %v", res.rep, res.err)
+	}
+	rep := res.rep
+	if e, ok := s.entryOf(t, repo, first); !ok || e.Position != 1 {
+		t.Errorf("#%d, open and labelled, after the reconcile: in the queue %v, %+v; report %+v", first, ok, e, rep)
+	}
+	if a := auditOf(s.audit(t, repo), mergequeue.AuditLeave); len(a) != 0 {
+		t.Errorf("leaves: %+v", a)
+	}
 }
