@@ -185,7 +185,9 @@
 // same GUID and redelivery true; the log keeps the newest
 // Config.MaxDeliveries attempts). SetWebhookFault makes deliveries fail
 // (logged with status 502, not sent) so that recovery loops can be tested;
-// WaitDeliveries waits until every queued delivery was attempted.
+// WaitDeliveries waits until every queued delivery was attempted. As on
+// GitHub, a suspended installation's App gets no events of its
+// repositories (only the installation's own suspend and unsuspend).
 //
 // # Manifest flow
 //

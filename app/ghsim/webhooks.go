@@ -78,7 +78,7 @@ func SignPayload(secret string, body []byte) string {
 
 // emitRepoLocked queues a delivery of event (with action, "" for events
 // without one) about repository r, when r's installation's App has a
-// webhook and subscribes to event. The caller holds r.mu: deliveries of one
+// webhook and subscribes to event, and the installation is not suspended. The caller holds r.mu: deliveries of one
 // repository are queued, and sent, in the order of its history.
 func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields map[string]any) {
 	s.mu.RLock()
@@ -87,7 +87,9 @@ func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields
 	if inst != nil {
 		a = s.apps[inst.appID]
 	}
-	subscribed := a != nil && a.webhookURL != "" && slices.Contains(inst.events, event)
+	// A suspended installation's App gets no events of its repositories:
+	// GitHub blocks its webhooks for the account as well as its access.
+	subscribed := a != nil && a.webhookURL != "" && slices.Contains(inst.events, event) && !inst.suspended()
 	s.mu.RUnlock()
 	if !subscribed {
 		return

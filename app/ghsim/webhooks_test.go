@@ -1,9 +1,11 @@
 package ghsim
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 )
@@ -176,5 +178,36 @@ func TestWebhooksOrderedPerRepository(t *testing.T) {
 		if body := h.Payload["comment"].(map[string]any)["body"]; body != fmt.Sprint(i) {
 			t.Fatalf("delivery %d carries comment %v", i, body)
 		}
+	}
+}
+
+// TestWebhooksNotSentWhileSuspended checks that what happens in the
+// repositories of a suspended installation is not delivered, as on
+// GitHub, where a suspension blocks the App's webhook events for the
+// account as well as its access; the installation's own suspend and
+// unsuspend events are.
+func TestWebhooksNotSentWhileSuspended(t *testing.T) {
+	t.Parallel()
+	e := seeded(t, Config{})
+	rc := newReceiver(e)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(e.sim.SuspendInstallation(DemoInstallationID, true))
+	must(e.sim.AddLabel("octo", "demo", 1, "baton:queue", "alice"))
+	_, err := e.sim.AddComment("octo", "demo", 1, "/baton queue", "alice")
+	must(err)
+	must(e.sim.SuspendInstallation(DemoInstallationID, false))
+	must(e.sim.RemoveLabel("octo", "demo", 1, "baton:queue", "alice"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(e.sim.WaitDeliveries(ctx))
+	got := events(rc.wait(3))
+	slices.Sort(got)
+	if want := []string{"installation.suspend", "installation.unsuspend", "pull_request.unlabeled"}; !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
 	}
 }
