@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -290,6 +292,35 @@ func TestStartEndsWithItsContextWhileConnecting(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Start = %v, want context.Canceled", err)
+	}
+	_ = b.Stop(context.Background())
+}
+
+// An embedded JetStream that cannot start (its store is not a directory:
+// a damaged data directory) is reported at once, naming the reason, not
+// after ConnectTimeout: nats-server stops starting when it logs the fatal
+// error, and would never become ready.
+func TestStartReportsAFatalStoreErrorAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.MkdirAll(StoreDir(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(StoreDir(dir), "jetstream"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{DataDir: dir, ConnectTimeout: 20 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = b.Start(context.Background())
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("Start = %v, want the store's error", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Start took %v to report a fatal store error", took)
 	}
 	_ = b.Stop(context.Background())
 }

@@ -57,7 +57,10 @@ func startServer(cfg Config, log *zap.Logger) (*server.Server, error) {
 	sl := &serverLogger{log: log.With(zap.String(fieldSubsystem, "nats"))}
 	srv.SetLoggerV2(sl, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(cfg.ConnectTimeout) || !srv.JetStreamEnabled() {
+	// nats-server's Start returns as soon as it logs a fatal error (a
+	// store it cannot use): the server will never be ready, and waiting
+	// for it would only delay the error by ConnectTimeout.
+	if sl.failedFatally() || !srv.ReadyForConnections(cfg.ConnectTimeout) || !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("queue: embedded server did not start: %w", sl.fatal())
@@ -106,6 +109,7 @@ type serverLogger struct {
 
 	mu       sync.Mutex
 	lastFail string
+	fatalErr bool // a fatal line was logged
 }
 
 func (l *serverLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
@@ -122,7 +126,17 @@ func (l *serverLogger) Errorf(format string, v ...any) {
 func (l *serverLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	l.remember(msg)
+	l.mu.Lock()
+	l.fatalErr = true
+	l.mu.Unlock()
 	l.log.Error(msg, zap.Bool("fatal", true))
+}
+
+// failedFatally reports whether the server logged a fatal error.
+func (l *serverLogger) failedFatally() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatalErr
 }
 
 func (l *serverLogger) remember(msg string) {
