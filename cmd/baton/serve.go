@@ -109,7 +109,8 @@ flight finish, operations waiting (a backoff, a pace) go back to the queue at
 once, anything still running at --shutdown-timeout goes back too (leases
 released; a call to GitHub still in flight is cut short, and its operation
 checks GitHub first when it runs again), then exit 0. A second signal
-cuts the wait short as the deadline would (a third ends baton at once). A
+cuts the wait short as the deadline would (a third ends baton at once, also
+when the second came after the deadline). A
 signal while baton is still starting stops the start, with exit 0 too.`,
 		Example: `  baton serve --dev
   baton serve --data /var/lib/baton --listen 0.0.0.0:8080 --public-url https://baton.example.com
@@ -261,15 +262,30 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	log.Info("shutting down", zap.String("event", "shutdown"), zap.Duration("deadline", cfg.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
 		select {
 		case <-again:
-			signal.Stop(again)
 			log.Warn("signalled again: cutting the shutdown short; work in flight goes back to the queue",
 				zap.String("event", "shutdown_cut"))
 			cancel()
 		case <-sctx.Done():
+			// The deadline has cut the stop short already, and what is
+			// left (each part's close, bounded) may still take a while:
+			// a signal now is the second all the same, and the next one
+			// must end baton, not be swallowed.
+			select {
+			case <-again:
+				log.Warn("signalled again: the shutdown deadline has passed; a further signal ends baton at once",
+					zap.String("event", "shutdown_cut"))
+			case <-stopped:
+				return
+			}
+		case <-stopped:
+			return
 		}
+		signal.Stop(again)
 	}()
 	if err := srv.Stop(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

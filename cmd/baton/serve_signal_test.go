@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -140,5 +143,109 @@ func waitDevInfo(t *testing.T, data, old string) app.DevInfo {
 		if time.Now().After(deadline) {
 			t.Fatal("serve --dev did not write dev.json")
 		}
+	}
+}
+
+// Once --shutdown-timeout has passed, what is left of the stop (each
+// part's close, bounded) can still take seconds when the store does not
+// answer; a signal then must still count: the next one ends baton at
+// once, as --help promises, rather than being swallowed until the stop
+// is over.
+func TestServeSignalsAfterTheDeadlineEndBaton(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	args, _ := json.Marshal([]string{"serve", "--dev", "--data", data, "--listen", "127.0.0.1:0",
+		"--shutdown-timeout", "1s", "--log-level", "error"})
+	child := exec.Command(os.Args[0], "-test.run=^TestGhsimServeChild$", "-test.count=1")
+	child.Env = append(os.Environ(), serveChildArgs+"="+string(args))
+	var stderr syncBuffer
+	child.Stderr = &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	defer func() {
+		_ = child.Process.Kill()
+		<-exited
+	}()
+	dev := waitDevInfo(t, data, "")
+
+	post := func(url, token, body string) []byte {
+		t.Helper()
+		req, err := http.NewRequest("POST", url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
+		}
+		return b
+	}
+	post(dev.GitHub+"/_ghsim/faults", "",
+		`{"route":"POST /repos/{owner}/{repo}/issues/{number}/comments","kind":"latency","latencyMs":120000,"count":1}`)
+	post(dev.Server+"/v1/operations", dev.Token,
+		`{"idempotencyKey":"k","action":"github.issues.comment","resource":{"type":"issue","id":"octo/demo#10"},"payload":{"body":"hi"}}`)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(dev.GitHub + "/_ghsim/faults")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.TrimSpace(string(b)) == "[]" {
+			break // the call is in flight
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the comment was not posted: %s", b)
+		}
+	}
+
+	// The store stops answering: the operation cut short at the deadline
+	// cannot be released, and the stop's last parts wait on the store.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, app.DatabaseFile)+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck
+
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		t.Skipf("the stop ended within its deadline (%v): nothing left to interrupt", err)
+	case <-time.After(2500 * time.Millisecond): // past the 1s deadline and the workers' grace
+	}
+	for range 2 {
+		if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+	case <-time.After(3 * time.Second):
+		t.Fatalf("baton still runs 3s after a third SIGTERM (the deadline had passed)\n%s", stderr.String())
 	}
 }
