@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1088,5 +1089,35 @@ func TestAPIWaitEndingSeesALateDeadLetter(t *testing.T) {
 	w := <-waitDone
 	if w.err != nil || w.op.DeadLetter == nil {
 		t.Fatalf("wait = %+v, %v; want the operation with its dead letter", w.op, w.err)
+	}
+}
+
+// A merge that names GitHub's default method and one that names none ask
+// for the same merge: the second is the first operation (200), not an
+// idempotency conflict, whichever came first; another method is one.
+func TestAPISubmitMergeDefaultMethodIsTheSameRequest(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t)
+	const sha = "c44b8a5afaf01af22631fd78c87ecf28f3d2eafa"
+	merge := func(key, payload string) apiResponse {
+		return env.do("POST", "/v1/operations", env.alice, `{"idempotencyKey":"`+key+`","action":"github.pulls.merge",`+
+			`"resource":{"type":"pull_request","id":"octo/demo#1"},"payload":`+payload+`}`)
+	}
+	for _, order := range [][2]string{
+		{`{"sha":"` + sha + `"}`, `{"sha":"` + sha + `","method":"merge"}`},
+		{`{"sha":"` + sha + `","method":"merge"}`, `{"sha":"` + sha + `"}`},
+	} {
+		key := "merge-" + strconv.Itoa(len(order[0]))
+		first := merge(key, order[0])
+		if first.status != http.StatusCreated {
+			t.Fatalf("first %s: %d %s", order[0], first.status, first.body)
+		}
+		second := merge(key, order[1])
+		if second.status != http.StatusOK {
+			t.Errorf("%s after %s: %d %s, want 200", order[1], order[0], second.status, second.body)
+		}
+		if third := merge(key, `{"sha":"`+sha+`","method":"squash"}`); third.errorCode() != "idempotency_conflict" {
+			t.Errorf("squash after %s: %d %s, want idempotency_conflict", order[0], third.status, third.body)
+		}
 	}
 }

@@ -83,6 +83,14 @@ func (p *MergePayload) validate() error {
 	return nil
 }
 
+// dropDefaults leaves out the method "merge": it is GitHub's default
+// merge_method, which GitHub applies to a merge that names none.
+func (p *MergePayload) dropDefaults() {
+	if p.Method == "merge" {
+		p.Method = ""
+	}
+}
+
 // UpdateBranchPayload is the payload of github.pulls.update_branch.
 type UpdateBranchPayload struct {
 	ExpectedHeadSHA string `json:"expectedHeadSha"`

@@ -38,15 +38,26 @@ func (s *Submission) Validate() error {
 
 // ValidateCanonical is Validate, and returns the canonical JSON of the
 // payload as decoded, not as sent: an optional field given as null, as
-// its zero value ("" or false) or left out is one request (CanonicalOf),
-// not an idempotency conflict. The payload is decoded once for both.
+// its zero value ("" or false), as GitHub's default for it (a merge's
+// "method": "merge") or left out is one request (CanonicalOf), not an
+// idempotency conflict. The payload is decoded once for both.
 func (s *Submission) ValidateCanonical() ([]byte, error) {
 	p, err := s.validate()
 	if err != nil {
 		return nil, err
 	}
+	if d, ok := p.(defaulter); ok {
+		d.dropDefaults()
+	}
 	return CanonicalOf(p)
 }
+
+// defaulter is implemented by a payload with an optional field whose
+// value given explicitly means what leaving it out means (GitHub's own
+// default): dropDefaults clears such a field, so that the two spellings
+// are one request, not an idempotency conflict, and what is carried out
+// (the field left out, GitHub applying its default) is unchanged.
+type defaulter interface{ dropDefaults() }
 
 // validate checks s and returns its payload, decoded strictly.
 func (s *Submission) validate() (any, error) {
