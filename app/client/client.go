@@ -368,10 +368,20 @@ func (c *Client) BaseURL() string { return redactURL(c.base) }
 // Submit submits an operation. created is false when the key named an
 // existing operation with the same input (HTTP 200 rather than 201): also
 // when the client sent the submission again after a passing failure (see
-// WithRetries) and the first one had reached the server.
+// WithRetries) and the first one had reached the server. SubmitResent
+// tells the two apart.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (op Operation, created bool, err error) {
-	status, err := c.do(ctx, http.MethodPost, "/v1/operations", nil, req, &op)
-	return op, status == http.StatusCreated, err
+	op, created, _, err = c.SubmitResent(ctx, req)
+	return op, created, err
+}
+
+// SubmitResent is Submit, and also says whether the client sent the
+// submission more than once (after a passing failure, see WithRetries).
+// An operation found (created false) by a resent submission may be the
+// one its first sending created, whose answer was lost.
+func (c *Client) SubmitResent(ctx context.Context, req SubmitRequest) (op Operation, created, resent bool, err error) {
+	status, tries, err := c.doTries(ctx, http.MethodPost, "/v1/operations", nil, req, &op)
+	return op, status == http.StatusCreated, tries > 1, err
 }
 
 // ErrInvalidOperationID is returned, wrapped, by Get, Wait and Cancel for
@@ -689,11 +699,17 @@ func retrySafe(method, path string) bool {
 // request safe to repeat is sent again after a passing failure (see
 // WithRetries).
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	status, _, err := c.doTries(ctx, method, path, q, in, out)
+	return status, err
+}
+
+// doTries is do, and also returns how many times the request was sent.
+func (c *Client) doTries(ctx context.Context, method, path string, q url.Values, in, out any) (int, int, error) {
 	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, fmt.Errorf("client: encode request: %w", err)
+			return 0, 0, fmt.Errorf("client: encode request: %w", err)
 		}
 		body = b
 	}
@@ -704,7 +720,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	for try := 0; ; try++ {
 		status, again, err := c.once(ctx, method, path, q, body, out)
 		if err == nil || try >= retries || again < 0 || ctx.Err() != nil {
-			return status, err
+			return status, try + 1, err
 		}
 		d := retryMaxDelay
 		if try < 8 {
@@ -712,7 +728,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		}
 		d = d/2 + rand.N(d/2+1) // jitter: clients failed together do not come back together
 		if sleep(ctx, max(d, again)) != nil {
-			return status, err
+			return status, try + 1, err
 		}
 	}
 }

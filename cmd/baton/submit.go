@@ -44,7 +44,9 @@ the key belongs to). Without --key a random key is generated
 and printed on stderr; scripts that may retry should always pass --key.
 After a lost connection or a 429, 502, 503 or 504, submit sends the same
 request (the same key) again, a few times over a few seconds, before it
-gives up.
+gives up; the operation its first sending created, whose answer was lost,
+is then found and printed (with --key, with the note that it may be this
+command's own).
 
 The payload is JSON, given inline, as @FILE, or @- for stdin.
 
@@ -120,15 +122,22 @@ func runSubmit(ctx context.Context, o *submitOptions, stdin io.Reader, stdout, s
 	if err != nil {
 		return err
 	}
-	op, created, err := c.Submit(ctx, client.SubmitRequest{
+	op, created, resent, err := c.SubmitResent(ctx, client.SubmitRequest{
 		IdempotencyKey: key, Action: o.action, Resource: res, Payload: payload,
 		CorrelationID: o.correlationID, InstallationID: o.installation, MaxAttempts: o.maxAttempts,
 	})
 	if err != nil {
 		return cliAPIError(err)
 	}
-	if !created {
-		// On stderr also with --json: stdout keeps the operation's shape.
+	// On stderr also with --json: stdout keeps the operation's shape.
+	switch {
+	case created:
+	case resent && o.key == "":
+		// A key made for this command alone: the operation found is the
+		// one its first sending created, whose answer was lost.
+	case resent:
+		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same action, resource and payload (perhaps by this command, whose first answer was lost and which sent it again)")
+	default:
 		fmt.Fprintln(stderr, "existing operation: this key was submitted before with the same action, resource and payload")
 	}
 	if o.wait.set {
