@@ -22,7 +22,7 @@ func TestHashIgnoresAbsentOptionalFields(t *testing.T) {
 	}{
 		{schema.ActionMerge, schema.Resource{Type: "pull_request", ID: "octo/app#1"}, []string{
 			`{"sha":"` + sha + `"}`, `{"sha":"` + sha + `","method":null}`, `{"sha":"` + sha + `","method":""}`,
-			`{"commitTitle":"","sha":"` + sha + `","commitMessage":null}`}},
+			`{"commitTitle":"","sha":"` + sha + `","commitMessage":null}`, `{"sha":"` + sha + `","method":"merge"}`}},
 		{schema.ActionUpdateRef, schema.Resource{Type: "ref", ID: "octo/app:heads/main"}, []string{
 			`{"sha":"` + sha + `"}`, `{"sha":"` + sha + `","force":false}`, `{"sha":"` + sha + `","expectedSha":""}`}},
 		{schema.ActionCreateStatus, schema.Resource{Type: "commit", ID: "octo/app@" + sha}, []string{
@@ -85,5 +85,35 @@ func TestSubmitFindsRecordHashedAsSent(t *testing.T) {
 	sub.Payload = json.RawMessage(`{"force":true,"sha":"` + sha + `"}`)
 	if _, _, err := s.exec.Submit(ctx, "tester", sub); schema.ErrorCode(err) != schema.CodeIdempotencyConflict {
 		t.Errorf("other input under the same key: %v, want a conflict", err)
+	}
+}
+
+// A merge stored (by the merge queue, say) with "method":"merge" spelled
+// out, before that method was left out of the canonical payload, is still
+// found by the same submission under its key after an upgrade.
+func TestSubmitFindsMergeStoredWithDefaultMethod(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	sub := schema.Submission{IdempotencyKey: "merge-as-stored", Action: schema.ActionMerge,
+		Resource: schema.Resource{Type: "pull_request", ID: "octo/demo#1"},
+		Payload:  json.RawMessage(`{"sha":"` + strings.Repeat("b", 40) + `","method":"merge"}`), InstallationID: 1}
+	old, err := NewRecord("tester", sub, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the earlier version made it: the method kept.
+	if old.Payload, err = schema.Canonical(sub.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if old.IdempotencyHash, err = IdempotencyHash("tester", sub.Action, old.Resource, old.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.store.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	got, created, err := s.exec.Submit(ctx, "tester", sub)
+	if err != nil || created || got.OperationID != old.OperationID {
+		t.Fatalf("the same merge again: created=%v id=%s (want %s), %v", created, got.OperationID, old.OperationID, err)
 	}
 }
