@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
@@ -44,11 +45,14 @@ const (
 // Cancel is used on the merge of a pull request that leaves the queue
 // (or whose head moves) before its merge ran: a queued operation is
 // cancelled at once, a running one is asked to stop, and a terminal one
-// is schema.ErrAlreadyTerminal.
+// is schema.ErrAlreadyTerminal. List finds the unfinished label
+// additions baton asked for on a pull request (a reconcile does not take
+// a pull request out for a label on its way).
 type Operations interface {
 	Submit(ctx context.Context, actor string, s schema.Submission) (schema.Record, bool, error)
 	Get(ctx context.Context, operationID string) (schema.Record, error)
 	Cancel(ctx context.Context, operationID string) (schema.Record, error)
+	List(ctx context.Context, f executor.ListFilter) ([]schema.Record, string, error)
 }
 
 // Leases is what the queue needs of the lease coordinator

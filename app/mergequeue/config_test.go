@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/sqlite"
 	"github.com/baton-dev/baton/schema"
 )
@@ -25,6 +26,9 @@ func (ops) Get(context.Context, string) (schema.Record, error) {
 }
 func (ops) Cancel(context.Context, string) (schema.Record, error) {
 	return schema.Record{}, schema.ErrNotFound
+}
+func (ops) List(context.Context, executor.ListFilter) ([]schema.Record, string, error) {
+	return nil, "", nil
 }
 
 // minimalConfig returns a valid Config of the required fields only, on a

@@ -156,7 +156,12 @@
 //     expired lease left by a crashed holder, and re-derives the queue from
 //     GitHub: open pull requests carrying the label, at their current
 //     heads, but for bounced ones still carrying it (their label removal
-//     is asked for again, whichever head they are at now). It changes nothing in an archived repository (GitHub refuses
+//     is asked for again, whichever head they are at now), and for pull
+//     requests in line whose label a "/baton queue" asked for is not on
+//     them yet (the addition waits its turn behind the other
+//     operations, or is dead-lettered until an operator replays or cancels
+//     it): they keep their place; a label removed after it was added takes
+//     the pull request out. It changes nothing in an archived repository (GitHub refuses
 //     every change to it) until it is unarchived.
 //
 // # Wiring

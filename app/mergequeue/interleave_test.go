@@ -480,3 +480,49 @@ func TestLateJoinsDoNotRequeueABouncedPull(t *testing.T) {
 		})
 	}
 }
+
+// A reconcile while the label a "/baton queue" asked for waits its turn
+// does not take the pull request out for the label it does not carry yet:
+// it keeps its place. Once the label was added, its removal (a person's,
+// whose delivery was missed) takes it out at the next reconcile.
+func TestReconcileKeepsAPullWhoseLabelIsBeingAdded(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "reconcilelabelpending"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	lease := s.holdIssue(t, repo, 1)
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	before, _ := s.entryOf(t, repo, 1)
+	rep := s.reconciled(t, repo)
+	if e, ok := s.entryOf(t, repo, 1); !ok || len(rep.Left) != 0 || !e.QueuedAt.Equal(before.QueuedAt) {
+		t.Fatalf("a reconcile while baton's label waits its turn: #1 %+v (in the queue: %v); report %+v", e, ok, rep)
+	}
+	if err := s.coord.Release(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the label added", func() bool {
+		ops := s.issueOps(t, repo, 1, schema.ActionAddLabels)
+		return len(ops) == 1 && ops[0].Terminal() && slices.Contains(s.pull(t, repo, 1).Labels, "baton:queue")
+	})
+	if rep := s.reconciled(t, repo); len(rep.Left) != 0 || len(rep.Joined) != 0 {
+		t.Errorf("a reconcile once the label is there: %+v", rep)
+	}
+	if e, ok := s.entryOf(t, repo, 1); !ok || !e.QueuedAt.Equal(before.QueuedAt) {
+		t.Errorf("#1 once the label is there: %+v (in the queue: %v)", e, ok)
+	}
+
+	s.sim.SetWebhook("", "") // the removal's delivery is missed
+	if err := s.sim.RemoveLabel("octo", repo, 1, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := s.reconciled(t, repo); !slices.Equal(rep.Left, []int{1}) {
+		t.Errorf("a reconcile after a person removed the label: %+v", rep)
+	}
+	if _, ok := s.entryOf(t, repo, 1); ok {
+		t.Error("#1 still in the queue after its label was removed")
+	}
+}

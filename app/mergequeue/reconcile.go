@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/coordinator"
+	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -206,7 +208,21 @@ func (r *run) reconcile(rep *Report) error {
 			rep.LabelRemovals = append(rep.LabelRemovals, e.pr)
 			continue
 		}
-		if pr != nil && labeled(pr) {
+		inLine := pr != nil && labeled(pr)
+		if pr != nil && !inLine {
+			// The label a "/baton queue" asked for may not be there yet:
+			// its addition waits its turn behind the issue's other
+			// operations. The pull request keeps its place until it is
+			// done; a label removed after it was added takes it out.
+			var err error
+			if inLine, err = r.labelPending(e.pr); err != nil {
+				return err
+			}
+			if inLine {
+				r.note("#%d stays queued: its label is being added", e.pr)
+			}
+		}
+		if inLine {
 			// Retargeted, its edited delivery missed (bounces), or its
 			// base branch renamed (follows it).
 			if done, err := r.baseChanged(e, pr); err != nil {
@@ -235,7 +251,7 @@ func (r *run) reconcile(rep *Report) error {
 			}
 			r.remove(e)
 			r.audit(AuditLeave, e.pr, e.sha, "closed (found by reconcile)"+fate.detail())
-		case !labeled(pr):
+		case !inLine:
 			if err := r.leave(e.pr, "label "+r.q.cfg.Label+" missing (found by reconcile)"); err != nil {
 				return err
 			}
@@ -288,6 +304,34 @@ func (r *run) reconcile(rep *Report) error {
 			len(rep.Joined), len(rep.Left), len(rep.Merged), len(rep.Reevaluated), len(rep.Bounced), len(rep.BouncedCleared))
 	}
 	return nil
+}
+
+// labelPending reports whether an addition of the queue's label to pull
+// request n that baton asked for (a "/baton queue") has not finished: still
+// queued (waiting its turn, or dead-lettered until an operator replays or
+// cancels it) or running.
+func (r *run) labelPending(n int) (bool, error) {
+	for _, st := range []schema.Status{schema.StatusQueued, schema.StatusRunning} {
+		f := executor.ListFilter{Status: st, Action: schema.ActionAddLabels, ResourceType: schema.ResourceIssue,
+			ResourceID: r.issueResource(n).ID, Actor: schema.WebhookActor(r.inst), Limit: 500}
+		for {
+			recs, next, err := r.q.cfg.Operations.List(r.ctx, f)
+			if err != nil {
+				return false, fmt.Errorf("mergequeue: list label operations: %w", err)
+			}
+			for _, rec := range recs {
+				var p schema.AddLabelsPayload
+				if json.Unmarshal(rec.Payload, &p) == nil && slices.ContainsFunc(p.Labels, func(l string) bool { return strings.EqualFold(l, r.q.cfg.Label) }) {
+					return true, nil
+				}
+			}
+			if next == "" {
+				break
+			}
+			f.Cursor = next
+		}
+	}
+	return false, nil
 }
 
 // canonicalName replaces the repository's name, as a caller spelled it,
