@@ -112,7 +112,9 @@
 // The bounce comment is keyed by the pull request, head and join, so one
 // bounce is one comment whichever trigger makes it. Every queued head
 // carries a pending commit status (Config.StatusContext, "baton/queue")
-// saying its place: "1st in queue", "2nd in queue"…
+// saying its place: "1st in queue", "2nd in queue"…; one that merged
+// gets a success, "Merged by the merge queue", or "Merged outside the
+// merge queue" when no merge of the queue's ran (someone else merged it).
 //
 // # Guarantees
 //

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v62/github"
+
 	"github.com/baton-dev/baton/app/ghsim"
 	"github.com/baton-dev/baton/app/mergequeue"
 	"github.com/baton-dev/baton/coordinator"
@@ -525,4 +527,43 @@ func TestReconcileKeepsAPullWhoseLabelIsBeingAdded(t *testing.T) {
 	if _, ok := s.entryOf(t, repo, 1); ok {
 		t.Error("#1 still in the queue after its label was removed")
 	}
+}
+
+// A queued pull request merged by someone else (another App here: the
+// simulator merges only through the API) leaves with a status that says
+// so, not that the queue merged it; one the queue merges says the queue
+// did.
+func TestMergedOutsideTheQueueSaysSo(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "mergedoutside"
+	s.repo(t, repo, 2, []string{"ci"})
+	s.writerAndReader(t, repo)
+	// #2 first in line, its checks pending; #1 behind it, its checks passed.
+	if err := s.sim.AddLabel("octo", repo, 2, "baton:queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#2 queued", func() bool { _, ok := s.entryOf(t, repo, 2); return ok })
+	head := s.pull(t, repo, 1).HeadSHA
+	s.checksPass(t, repo, head)
+	s.labelledByWriter(t, repo)
+	waitFor(t, 30*time.Second, "#1 in line", func() bool { return hasStatus(s, repo, head, "2nd in queue") })
+	gh, err := s.gh.Installation(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := gh.PullRequests.Merge(context.Background(), "octo", repo, 1, "", &github.PullRequestOptions{SHA: head}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 out of the queue", func() bool { _, ok := s.entryOf(t, repo, 1); return !ok })
+	waitFor(t, 30*time.Second, "#1's status says it merged", func() bool {
+		return hasStatus(s, repo, head, "Merged outside the merge queue") || hasStatus(s, repo, head, "Merged by the merge queue")
+	})
+	if hasStatus(s, repo, head, "Merged by the merge queue") {
+		t.Error("#1, merged by someone else, says it was merged by the merge queue")
+	}
+
+	head2 := s.pull(t, repo, 2).HeadSHA
+	s.checksPass(t, repo, head2)
+	waitFor(t, 30*time.Second, "#2 merged by the queue", func() bool { return hasStatus(s, repo, head2, "Merged by the merge queue") })
 }

@@ -379,13 +379,61 @@ func (r *run) closed(n int, merged bool) error {
 }
 
 // merged takes a merged pull request out of the queue, and turns its
-// position status into a success.
+// position status into a success: "Merged by the merge queue", or
+// "Merged outside the merge queue" when no merge of the queue's for its
+// join at its head has run (someone else merged it).
 func (r *run) merged(e *entry, detail string) error {
+	byQueue, err := r.mergedByQueue(e)
+	if err != nil {
+		return err
+	}
 	r.remove(e)
 	r.audit(AuditMerge, e.pr, e.sha, detail)
 	r.note("#%d merged at %s", e.pr, shortSHA(e.sha))
 	r.logInfo("pull request merged", "mergequeue.merged", e.pr, zap.String(logOperationID, e.mergeOperationID))
+	if !byQueue {
+		return r.status(e, "success", "Merged outside the merge queue", "merged", "outside")
+	}
 	return r.status(e, "success", "Merged by the merge queue", "merged")
+}
+
+// mergedByQueue reports whether a merge operation of e's join at its head
+// succeeded or is running: a pull request found merged while its merge is
+// running (GitHub merged it a moment before the executor records the
+// outcome; the closed delivery may be handled first) was merged by the
+// queue. One whose merge is still queued, failed or was cancelled, or
+// that had none (its gate had not passed, or it was not first), was
+// merged by someone else.
+func (r *run) mergedByQueue(e *entry) (bool, error) {
+	if e.status != StatusGatePassed {
+		return false, nil // no merge is submitted before the gate passed
+	}
+	ids := []string{}
+	if e.mergeOperationID != "" {
+		ids = append(ids, e.mergeOperationID)
+	}
+	for i := 1; i <= mergeTries; i++ {
+		id, err := r.mergeOperationID(e, i)
+		if err != nil {
+			return false, err
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		rec, err := r.q.cfg.Operations.Get(r.ctx, id)
+		if errors.Is(err, schema.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("mergequeue: read merge operation: %w", err)
+		}
+		if rec.Status == schema.StatusSucceeded || rec.Status == schema.StatusRunning {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // refuseJoin keeps pull request n, labelled (labeled) or reopened carrying
