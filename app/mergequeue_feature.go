@@ -80,6 +80,7 @@ func (s *Server) startMergeQueue(ctx context.Context) error {
 		DB:            s.db,
 		Leases:        s.coord,
 		Operations:    s.exec,
+		DeadLetters:   s.broker,
 		GitHub:        s.gh.Installation,
 		Installations: s.installs.CurrentNames(),
 		Repositories: func(ctx context.Context) ([]mergequeue.Repository, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/coordinator"
 	"github.com/baton-dev/baton/executor"
 	"github.com/baton-dev/baton/internal/sqlite"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -55,6 +56,13 @@ type Operations interface {
 	List(ctx context.Context, f executor.ListFilter) ([]schema.Record, string, error)
 }
 
+// DeadLetters is what the queue needs of the operations queue
+// (*queue.Broker): an operation's dead letter, or
+// queue.ErrDeadLetterNotFound.
+type DeadLetters interface {
+	DeadLetterOf(ctx context.Context, operationID string) (queue.DeadLetter, error)
+}
+
 // Leases is what the queue needs of the lease coordinator
 // (*coordinator.Coordinator).
 type Leases interface {
@@ -91,6 +99,11 @@ type Config struct {
 	// outcome and cancels the merges of pull requests that left the queue
 	// (*executor.Executor). Required.
 	Operations Operations
+	// DeadLetters finds an operation's dead letter (*queue.Broker): the
+	// head whose merge was dead-lettered, which waits until an operator
+	// replays or cancels it, says so in its status. Optional: without it
+	// the status says the head is merging.
+	DeadLetters DeadLetters
 	// GitHub returns the client of an installation, for reads: pull
 	// requests, check runs, statuses, branch protection, permissions
 	// (executor.GitHubClients.Installation). Required.

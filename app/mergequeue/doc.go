@@ -115,6 +115,11 @@
 // saying its place: "1st in queue", "2nd in queue"…; one that merged
 // gets a success, "Merged by the merge queue", or "Merged outside the
 // merge queue" when no merge of the queue's ran (someone else merged it).
+// A head whose merge operation was dead-lettered stays first, and the
+// queue waits on it, until an operator replays the dead letter or cancels
+// the operation (then it bounces): with Config.DeadLetters its status says
+// so ("1st in queue; its merge is dead-lettered: …") from the next run on
+// the repository, the next reconcile at the latest.
 //
 // # Guarantees
 //
@@ -170,7 +175,7 @@
 //
 // Package app wires the queue; this package does not import app.
 //
-//	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: exec,
+//	q, err := mergequeue.New(mergequeue.Config{DB: db, Leases: coord, Operations: exec, DeadLetters: broker,
 //		GitHub: clients.Installation, Installations: installations,
 //		Logger: log, Registerer: reg})
 //	// executor.Config.OnFinished: q.OnOperationFinished

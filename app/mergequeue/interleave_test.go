@@ -567,3 +567,42 @@ func TestMergedOutsideTheQueueSaysSo(t *testing.T) {
 	s.checksPass(t, repo, head2)
 	waitFor(t, 30*time.Second, "#2 merged by the queue", func() bool { return hasStatus(s, repo, head2, "Merged by the merge queue") })
 }
+
+// The head whose merge operation was dead-lettered, which waits until an
+// operator replays or cancels it, says so in its status (once a run on the
+// repository, the next reconcile at the latest, reads it); cancelled, the
+// pull request bounces.
+func TestDeadLetteredMergeSaysSo(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{failMerges: true})
+	const repo = "deadlettermerge"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	head := s.pull(t, repo, 1).HeadSHA
+	s.checksPass(t, repo, head)
+	s.labelledByWriter(t, repo)
+	var op schema.Record
+	waitFor(t, 30*time.Second, "#1's merge dead-lettered", func() bool {
+		ops := s.mergeOps(t, repo, 1)
+		if len(ops) != 1 {
+			return false
+		}
+		op = ops[0]
+		v, err := s.exec.Get(context.Background(), op.OperationID)
+		return err == nil && !v.Terminal() && s.deadLettered(op.OperationID)
+	})
+	s.reconciled(t, repo)
+	const want = "1st in queue; its merge is dead-lettered: the queue waits until an operator replays or cancels it"
+	if !hasStatus(s, repo, head, want) {
+		sts, _ := s.sim.Statuses("octo", repo, head)
+		t.Errorf("#1's statuses with its merge dead-lettered: %+v", sts)
+	}
+	if _, err := s.exec.Cancel(context.Background(), op.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	// The bounced entry is cleared once its label is gone: the audit log
+	// keeps the bounce.
+	waitFor(t, 30*time.Second, "#1 bounced", func() bool {
+		return slices.ContainsFunc(s.audit(t, repo), func(a mergequeue.AuditRecord) bool { return a.Action == mergequeue.AuditBounce && a.PRNumber == 1 })
+	})
+}

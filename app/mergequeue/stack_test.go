@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -51,6 +52,7 @@ type stack struct {
 	clock  *coordinator.FakeClock // nil: the system clock
 	store  *executor.SQLiteStore
 	exec   *executor.Executor
+	broker *queue.Broker
 	sim    *ghsim.Sim
 	gh     *executor.GitHubClients
 	ledger *app.DeliveryLedger
@@ -69,6 +71,9 @@ type stackOptions struct {
 	// noWorkers leaves the operations the queue submits in the queue
 	// (JetStream), unprocessed: for tests about the queue's own state.
 	noWorkers bool
+	// failMerges has every run of a merge operation fail in the
+	// consumer's handler, so that the operation is dead-lettered at once.
+	failMerges bool
 	// permissions, when set, are what installation 1 grants instead of
 	// what baton asks for.
 	permissions map[string]string
@@ -124,6 +129,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	broker, err := queue.New(queue.Config{DataDir: dir, Logger: log})
 	must(err)
 	must(broker.Start(ctx))
+	s.broker = broker
 	stops = append(stops, broker.Stop)
 
 	s.store = executor.NewSQLiteStore(s.db, nil)
@@ -137,7 +143,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	must(err)
 
 	cfg := mergequeue.Config{
-		DB: s.db, Leases: s.coord, Operations: s.exec, GitHub: s.gh.Installation, Logger: log,
+		DB: s.db, Leases: s.coord, Operations: s.exec, DeadLetters: broker, GitHub: s.gh.Installation, Logger: log,
 		BusyDelay: 50 * time.Millisecond, Clock: clock,
 	}
 	if o.mq != nil {
@@ -149,7 +155,18 @@ func newStack(t *testing.T, o stackOptions) *stack {
 
 	must(s.exec.Start(ctx))
 	stops = append(stops, s.exec.Stop)
-	cons, err := queue.NewConsumer(broker, queue.ConsumerConfig{Concurrency: 32, Logger: log, Handler: app.QueueHandler(s.exec)})
+	ccfg := queue.ConsumerConfig{Concurrency: 32, Logger: log, Handler: app.QueueHandler(s.exec)}
+	if o.failMerges {
+		run := ccfg.Handler
+		ccfg.MaxFailures, ccfg.FailureBackoff = 1, 10*time.Millisecond
+		ccfg.Handler = func(ctx context.Context, id string) queue.Result {
+			if rec, err := s.exec.Get(ctx, id); err == nil && rec.Action == schema.ActionMerge {
+				return queue.Failed(errors.New("the handler fails every merge"))
+			}
+			return run(ctx, id)
+		}
+	}
+	cons, err := queue.NewConsumer(broker, ccfg)
 	must(err)
 	if !o.noWorkers {
 		must(cons.Start(ctx))
@@ -402,3 +419,9 @@ func hasStatus(s *stack, repo, sha, desc string) bool {
 }
 
 func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(s, n) }
+
+// deadLettered reports whether operation id has a dead letter.
+func (s *stack) deadLettered(id string) bool {
+	_, err := s.broker.DeadLetterOf(context.Background(), id)
+	return err == nil
+}

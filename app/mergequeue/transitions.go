@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/executor"
+	"github.com/baton-dev/baton/queue"
 	"github.com/baton-dev/baton/schema"
 )
 
@@ -1028,12 +1029,16 @@ func hasLabel(pr *github.PullRequest, label string) bool {
 }
 
 // positions keeps a pending status on each queued head saying its place:
-// "1st in queue", "2nd in queue"…, the head saying it merges.
+// "1st in queue", "2nd in queue"…, the head saying it merges, or that its
+// merge waits for an operator (dead-lettered).
 func (r *run) positions() error {
 	for i, e := range r.active() {
 		desc, parts := ordinal(i+1)+" in queue", []string{strconv.Itoa(i + 1)}
 		if i == 0 && e.status == StatusGatePassed {
 			desc, parts = "1st in queue, merging", []string{"1", "merging"}
+			if r.mergeDeadLettered(e) {
+				desc, parts = deadLetteredStatus, []string{"1", "merging", "dead-lettered"}
+			}
 		}
 		if err := r.status(e, "pending", desc, parts...); err != nil {
 			return err
@@ -1049,4 +1054,28 @@ func joinVerb(in *intent) string {
 		return "labelled"
 	}
 	return "reopened"
+}
+
+// deadLetteredStatus is the status of a head whose merge was dead-lettered.
+const deadLetteredStatus = "1st in queue; its merge is dead-lettered: the queue waits until an operator replays or cancels it"
+
+// mergeDeadLettered reports whether e's merge operation, not finished, is
+// dead-lettered: it stays unfinished, and the queue waits on it, until an
+// operator replays or cancels it. A dead letter that cannot be read is
+// taken for none (the status says the head is merging, as it does without
+// Config.DeadLetters).
+func (r *run) mergeDeadLettered(e *entry) bool {
+	if r.q.cfg.DeadLetters == nil || e.mergeOperationID == "" {
+		return false
+	}
+	rec, err := r.q.cfg.Operations.Get(r.ctx, e.mergeOperationID)
+	if err != nil || rec.Terminal() {
+		return false
+	}
+	_, err = r.q.cfg.DeadLetters.DeadLetterOf(r.ctx, e.mergeOperationID)
+	if err != nil && !errors.Is(err, queue.ErrDeadLetterNotFound) {
+		r.log.Debug("reading the dead letter of a merge failed", zap.String(logEvent, "mergequeue.dead_letter_unread"),
+			zap.Int(logPR, e.pr), zap.String(logOperationID, e.mergeOperationID), zap.Error(err))
+	}
+	return err == nil
 }
