@@ -32,7 +32,9 @@
 // deliveries in order and redelivers missed ones late, so a label (or
 // reopened) delivery whose label is gone queues nothing, and a label
 // removal or a close undone since (the label back, the pull request
-// reopened) takes nothing out. Joining a queue one is in changes nothing
+// reopened) takes nothing out, nor does one handled while the label a
+// "/baton queue" asked for is still being added (the pull request keeps
+// its place). Joining a queue one is in changes nothing
 // (already_queued) but reading its gate again if it is not decided. An
 // entry moves:
 //

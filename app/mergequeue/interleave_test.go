@@ -606,3 +606,33 @@ func TestDeadLetteredMergeSaysSo(t *testing.T) {
 		return slices.ContainsFunc(s.audit(t, repo), func(a mergequeue.AuditRecord) bool { return a.Action == mergequeue.AuditBounce && a.PRNumber == 1 })
 	})
 }
+
+// An unlabeled delivery handled while the label a "/baton queue" asked for
+// waits its turn (the delivery of a removal that ran before it: an issue's
+// operations run in the order submitted) does not take the pull request
+// out: the label comes back, and the pull request keeps its place.
+func TestUnlabeledWhileTheLabelIsBeingAddedKeepsThePlace(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	const repo = "unlabeledlabelpending"
+	s.repo(t, repo, 1, []string{"ci"})
+	s.writerAndReader(t, repo)
+	lease := s.holdIssue(t, repo, 1)
+	if _, err := s.sim.AddComment("octo", repo, 1, "/baton queue", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "#1 queued", func() bool { _, ok := s.entryOf(t, repo, 1); return ok })
+	before, _ := s.entryOf(t, repo, 1)
+	s.handle(t, pullEvent(repo, 1, "unlabeled", before.PRSHA, "baton-sim[bot]", repo+"-unlabeled", false))
+	if e, ok := s.entryOf(t, repo, 1); !ok || !e.QueuedAt.Equal(before.QueuedAt) {
+		t.Fatalf("#1 after an unlabeled delivery while its label waits its turn: %+v (in the queue: %v)", e, ok)
+	}
+	if err := s.coord.Release(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	s.checksPass(t, repo, before.PRSHA)
+	waitFor(t, 30*time.Second, "#1 merged", func() bool { return s.pull(t, repo, 1).Merged })
+	if a := s.audit(t, repo); slices.ContainsFunc(a, func(r mergequeue.AuditRecord) bool { return r.Action == mergequeue.AuditLeave }) {
+		t.Errorf("#1 left the queue: %+v", a)
+	}
+}

@@ -170,8 +170,10 @@ func (r *run) joinPull(pr *github.PullRequest, via string) error {
 }
 
 // unlabeled takes pull request n out of the queue as its label was
-// removed, unless the pull request carries the label again: the delivery
-// is a late one. When the delivery did not say which label was removed
+// removed, unless the pull request carries the label again (the delivery
+// is a late one) or will: the label a "/baton queue" asked for, after
+// the removal, has not been added yet (an issue's operations run in the
+// order submitted). When the delivery did not say which label was removed
 // (labelUnknown: a label deleted from the repository), only a pull request
 // in line, which GitHub says no longer has the label, leaves.
 func (r *run) unlabeled(n int, labelUnknown bool) error {
@@ -187,6 +189,16 @@ func (r *run) unlabeled(n int, labelUnknown bool) error {
 		if pr != nil && pr.GetState() == "open" && hasLabel(pr, r.q.cfg.Label) {
 			r.note("#%d carries the label again; stays queued", n)
 			return nil
+		}
+		if pr != nil && pr.GetState() == "open" {
+			pending, err := r.labelPending(n)
+			if err != nil {
+				return err
+			}
+			if pending {
+				r.note("#%d stays queued: its label is being added", n)
+				return nil
+			}
 		}
 	}
 	return r.leave(n, "label "+r.q.cfg.Label+" removed")
