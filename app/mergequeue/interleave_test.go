@@ -593,10 +593,8 @@ func TestDeadLetteredMergeSaysSo(t *testing.T) {
 	})
 	s.reconciled(t, repo)
 	const want = "1st in queue; its merge is dead-lettered: the queue waits until an operator replays or cancels it"
-	if !hasStatus(s, repo, head, want) {
-		sts, _ := s.sim.Statuses("octo", repo, head)
-		t.Errorf("#1's statuses with its merge dead-lettered: %+v", sts)
-	}
+	// The status is an operation of its own: it is set a moment later.
+	waitFor(t, 30*time.Second, "#1's status saying its merge is dead-lettered", func() bool { return hasStatus(s, repo, head, want) })
 	if _, err := s.exec.Cancel(context.Background(), op.OperationID); err != nil {
 		t.Fatal(err)
 	}
