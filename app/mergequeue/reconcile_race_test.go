@@ -148,7 +148,7 @@ func TestReconcileKeepsAQueuedPullMissingFromTheListedPages(t *testing.T) {
 	if err := s.sim.AddLabel("octo", repo, first, "baton:queue", "monalisa"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the first pull request waiting for its checks", func() bool {
+	waitFor(t, 30*time.Second, "the first pull request waiting for its checks", func() bool {
 		e, ok := s.entryOf(t, repo, first)
 		return ok && e.GateResult == "pending"
 	})
@@ -168,7 +168,7 @@ func TestReconcileKeepsAQueuedPullMissingFromTheListedPages(t *testing.T) {
 		rep, err := s.q.Reconcile(context.Background(), 1, "octo", repo)
 		done <- result{rep, err}
 	}()
-	waitFor(t, 10*time.Second, "the reconcile asking for the second page", func() bool {
+	waitFor(t, 30*time.Second, "the reconcile asking for the second page", func() bool {
 		for _, f := range s.sim.Faults() {
 			if f.ID == fid {
 				return f.Fired >= 2

@@ -46,6 +46,22 @@ func (o *queueOps) Submit(_ context.Context, actor string, s schema.Submission) 
 	return r, true, nil
 }
 
+// List answers the records matching f's status, action, resource and
+// actor, in one page.
+func (o *queueOps) List(_ context.Context, f executor.ListFilter) ([]schema.Record, string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []schema.Record
+	for _, r := range o.ops {
+		if (f.Status == "" || r.Status == f.Status) && (f.Action == "" || r.Action == f.Action) &&
+			(f.ResourceType == "" || r.Resource.Type == f.ResourceType) && (f.ResourceID == "" || r.Resource.ID == f.ResourceID) &&
+			(f.Actor == "" || r.Actor == f.Actor) {
+			out = append(out, r)
+		}
+	}
+	return out, "", nil
+}
+
 func (o *queueOps) Get(_ context.Context, id string) (schema.Record, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
