@@ -317,18 +317,9 @@ func (r *run) cancelMerge(e *entry) (mergeFate, error) {
 	if e.status != StatusGatePassed {
 		return mergeNone, nil // no merge is submitted before the gate passed
 	}
-	ids := []string{}
-	if e.mergeOperationID != "" {
-		ids = append(ids, e.mergeOperationID)
-	}
-	for i := 1; i <= mergeTries; i++ {
-		id, err := r.mergeOperationID(e, i)
-		if err != nil {
-			return mergeNone, err
-		}
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
+	ids, err := r.mergeOperationIDs(e)
+	if err != nil {
+		return mergeNone, err
 	}
 	fate := mergeNone
 	for _, id := range ids {
@@ -410,6 +401,25 @@ func (r *run) merged(e *entry, detail string) error {
 	return r.status(e, "success", "Merged by the merge queue", "merged")
 }
 
+// mergeOperationIDs names every merge operation e's join may have at its
+// head: the one recorded, then each try's, recorded or not.
+func (r *run) mergeOperationIDs(e *entry) ([]string, error) {
+	ids := []string{}
+	if e.mergeOperationID != "" {
+		ids = append(ids, e.mergeOperationID)
+	}
+	for i := 1; i <= mergeTries; i++ {
+		id, err := r.mergeOperationID(e, i)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 // mergedByQueue reports whether a merge operation of e's join at its head
 // succeeded or is running: a pull request found merged while its merge is
 // running (GitHub merged it a moment before the executor records the
@@ -421,18 +431,9 @@ func (r *run) mergedByQueue(e *entry) (bool, error) {
 	if e.status != StatusGatePassed {
 		return false, nil // no merge is submitted before the gate passed
 	}
-	ids := []string{}
-	if e.mergeOperationID != "" {
-		ids = append(ids, e.mergeOperationID)
-	}
-	for i := 1; i <= mergeTries; i++ {
-		id, err := r.mergeOperationID(e, i)
-		if err != nil {
-			return false, err
-		}
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
+	ids, err := r.mergeOperationIDs(e)
+	if err != nil {
+		return false, err
 	}
 	for _, id := range ids {
 		rec, err := r.q.cfg.Operations.Get(r.ctx, id)
