@@ -78,11 +78,13 @@ terminal, plain progress lines otherwise.
 --suite runs baton's benchmark suite in this process instead (no server
 needed): the store (durable creates, one caller and 32; gets; lists), the
 leases (32 holders on their own keys, 8 on one key), the queue (publishes;
-a no-op handler end to end), the executor end to end on the GitHub
-simulator (32 workers, 200 resources) and HTTP submissions from 32
+a no-op handler end to end), the GitHub call alone (comments through
+go-github on the simulator, 32 callers), the executor end to end on the
+GitHub simulator (32 workers, 200 resources) and HTTP submissions from 32
 clients. Each builds its stack in a temporary directory with SQLite's
 synchronous=FULL. It prints the table docs/PERFORMANCE.md shows: ops/s,
-p50 and p99 of one op in milliseconds, and notes; with --json, its results
+p50 and p99 of one op in milliseconds, the process's CPU time per op in
+microseconds (the simulator and NATS run in the process too), and notes; with --json, its results
 instead, where each benchmark's "elapsed" (its measured run's time) is in
 nanoseconds and "p50Ms"/"p99Ms" in milliseconds. --benchtime sets how long
 each benchmark's measured run lasts (or, as "500x", how many ops it makes);

@@ -14,7 +14,7 @@ func TestBenchSuite(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench --suite: %+v", r)
 	}
-	for _, want := range []string{"| benchmark | one op | ops/s | p50 ms | p99 ms | notes | load avg | other CPU |", "| store/create |", "| leases/one-key-8 |", "held/pair", "machine: "} {
+	for _, want := range []string{"| benchmark | one op | ops/s | p50 ms | p99 ms | CPU µs/op | notes | load avg | other CPU |", "| store/create |", "| leases/one-key-8 |", "held/pair", "machine: "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench --suite output lacks %q:\n%s", want, r.stdout)
 		}

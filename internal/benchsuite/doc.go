@@ -16,6 +16,9 @@
 //     holders contending for one key;
 //   - queue: acknowledged publishes one at a time, and a no-op handler fed
 //     from 32 concurrent publishers (end to end through JetStream);
+//   - github: the GitHub call of a comment operation alone, through the
+//     executor's go-github client and installation transport on the
+//     simulator, from 32 concurrent callers;
 //   - executor: operations carried out end to end (durable submit,
 //     JetStream, 32 workers taking leases on 200 resources, the simulator
 //     answering at once, pacing off, fenced saves);
@@ -23,8 +26,9 @@
 //     authentication, validation, the durable write and the queue.
 //
 // Every benchmark reports its throughput as ops/s (what one op is, is
-// said in Benchmark.Op) and, where one op's latency is measured, its p50
-// and p99 in milliseconds. They are benchmarks, not tests: nothing is
+// said in Benchmark.Op), the CPU time the process used per op (everything
+// runs in it: baton's stack, the embedded NATS server, the simulator), and,
+// where one op's latency is measured, its p50 and p99 in milliseconds. They are benchmarks, not tests: nothing is
 // asserted about the figures.
 //
 // # Use

@@ -99,7 +99,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	}
 	b.Cleanup(func() { stopWithin(cons.Stop) })
 	before := db.Stats()
-	b.ResetTimer()
+	resetTimer(b)
 	spread(b, 32, nil, func(i int) error {
 		_, _, err := exec.Submit(ctx, "bench", schema.Submission{
 			IdempotencyKey: fmt.Sprintf("bench-%d", i),

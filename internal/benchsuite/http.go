@@ -90,7 +90,7 @@ func HTTPSubmit(b *testing.B) {
 	b.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr, Timeout: time.Minute}
 	var lat latencies
-	b.ResetTimer()
+	resetTimer(b)
 	spread(b, 32, &lat, func(i int) error {
 		body := fmt.Sprintf(`{"idempotencyKey":"bench-%d","action":"github.issues.comment","resource":{"type":"issue","id":"octo/demo#%d"},"payload":{"body":"bench %d"}}`,
 			i, 10+i%3, i)

@@ -61,11 +61,13 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[max(0, min(rank-1, n-1))]
 }
 
-// reportRate reports ops/s over the benchmark's measured time.
+// reportRate reports ops/s over the benchmark's measured time, and the
+// process's CPU per op since resetTimer.
 func reportRate(b *testing.B) {
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "ops/s")
 	}
+	reportCPU(b)
 }
 
 // sequential runs op(i) for i in [0, b.N) one after the other, timing
@@ -73,7 +75,7 @@ func reportRate(b *testing.B) {
 func sequential(b *testing.B, op func(i int) error) {
 	var lat latencies
 	local := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
+	resetTimer(b)
 	for i := range b.N {
 		t0 := time.Now()
 		if err := op(i); err != nil {

@@ -38,7 +38,7 @@ func leasePairs(b *testing.B, holders int, key func(g int) string) {
 		wg         sync.WaitGroup
 	)
 	before := db.Stats()
-	b.ResetTimer()
+	resetTimer(b)
 	for g := range holders {
 		wg.Go(func() {
 			owner := fmt.Sprintf("bench-holder-%d", g)

@@ -74,7 +74,7 @@ func QueueEndToEnd(b *testing.B) {
 		fatalf(b, "start the consumer: %v", err)
 	}
 	b.Cleanup(func() { stopWithin(c.Stop) })
-	b.ResetTimer()
+	resetTimer(b)
 	spread(b, 32, nil, func(i int) error {
 		id := fmt.Sprintf("e2e-%d", i)
 		sent.Store(id, time.Now())

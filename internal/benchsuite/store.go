@@ -64,7 +64,7 @@ func StoreCreateConcurrent(b *testing.B) {
 	ctx := context.Background()
 	var lat latencies
 	before := db.Stats()
-	b.ResetTimer()
+	resetTimer(b)
 	spread(b, 32, &lat, func(i int) error {
 		rec, err := newRecord("par", int64(i))
 		if err != nil {
@@ -108,7 +108,7 @@ func StoreGet(b *testing.B) {
 		lat  latencies
 		next atomic.Int64
 	)
-	b.ResetTimer()
+	resetTimer(b)
 	b.RunParallel(func(pb *testing.PB) {
 		var local []time.Duration
 		defer func() { lat.add(local) }()

@@ -39,6 +39,7 @@ func All() []Benchmark {
 		{"leases/one-key-8", "an acquire+release pair, 8 holders on one key", LeasesOneKey},
 		{"queue/publish", "an acknowledged publish, one at a time", QueuePublish},
 		{"queue/e2e-noop", "a message published (32 publishers) and handled by a no-op handler", QueueEndToEnd},
+		{"github/comment-32", "a comment created through go-github on the simulator over HTTP, 32 concurrent callers (the call alone)", GitHubComment},
 		{"executor/e2e", "an operation submitted and carried out on the simulator (32 workers, 200 resources)", ExecutorEndToEnd},
 		{"http/submit-32", "a POST /v1/operations over HTTP, 32 concurrent clients", HTTPSubmit},
 	}
@@ -58,6 +59,11 @@ type Result struct {
 	// benchmark does not measure them.
 	P50Ms float64 `json:"p50Ms,omitempty"`
 	P99Ms float64 `json:"p99Ms,omitempty"`
+	// CPUPerOpMicros is the CPU time the whole process (baton's stack,
+	// the embedded NATS server and the GitHub simulator alike) used per
+	// op, in microseconds; 0 where it is not measured. On a machine of C
+	// CPUs no more than C·10⁶ / CPUPerOpMicros ops can run a second.
+	CPUPerOpMicros float64 `json:"cpuMicrosPerOp,omitempty"`
 	// Notes are the other metrics the benchmark reported
 	// ("writes/txn" …).
 	Notes map[string]float64 `json:"notes,omitempty"`
@@ -142,6 +148,8 @@ func runOne(bm Benchmark) Result {
 			res.P50Ms = v
 		case "p99-ms":
 			res.P99Ms = v
+		case "cpu-µs/op":
+			res.CPUPerOpMicros = v
 		default:
 			res.Notes[k] = v
 		}
@@ -150,27 +158,32 @@ func runOne(bm Benchmark) Result {
 }
 
 // WriteTable writes results as the Markdown table of docs/PERFORMANCE.md:
-// benchmark, what one op is, ops/s, p50 and p99 in ms, notes, the load
-// average when it started and the CPUs other processes used meanwhile.
+// benchmark, what one op is, ops/s, p50 and p99 in ms, the CPU per op in
+// µs, notes, the load average when it started and the CPUs other processes
+// used meanwhile.
 func WriteTable(w io.Writer, results []Result) error {
 	var b strings.Builder
-	b.WriteString("| benchmark | one op | ops/s | p50 ms | p99 ms | notes | load avg | other CPU |\n")
-	b.WriteString("|---|---|--:|--:|--:|---|--:|--:|\n")
+	b.WriteString("| benchmark | one op | ops/s | p50 ms | p99 ms | CPU µs/op | notes | load avg | other CPU |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|---|--:|--:|\n")
 	for _, r := range results {
 		load, other := cmp.Or(r.Load, "–"), "–"
 		if r.OtherCPU >= 0 {
 			other = fmt.Sprintf("%.2f", r.OtherCPU)
 		}
 		if r.Err != "" {
-			fmt.Fprintf(&b, "| %s | %s | failed | | | %s | %s | %s |\n", r.Name, r.Op, strings.ReplaceAll(r.Err, "|", "\\|"), load, other)
+			fmt.Fprintf(&b, "| %s | %s | failed | | | | %s | %s | %s |\n", r.Name, r.Op, strings.ReplaceAll(r.Err, "|", "\\|"), load, other)
 			continue
 		}
 		var notes []string
 		for _, k := range slices.Sorted(maps.Keys(r.Notes)) {
 			notes = append(notes, fmt.Sprintf("%s %s", formatFigure(r.Notes[k]), k))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, r.Op, formatRate(r.OpsPerSec),
-			formatMs(r.P50Ms), formatMs(r.P99Ms), strings.Join(notes, ", "), load, other)
+		cpu := "–"
+		if r.CPUPerOpMicros > 0 {
+			cpu = fmt.Sprintf("%.0f", r.CPUPerOpMicros)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, r.Op, formatRate(r.OpsPerSec),
+			formatMs(r.P50Ms), formatMs(r.P99Ms), cpu, strings.Join(notes, ", "), load, other)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

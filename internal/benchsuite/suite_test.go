@@ -19,6 +19,7 @@ func BenchmarkLeasesDistinctKeys32(b *testing.B)    { LeasesDistinctKeys(b) }
 func BenchmarkLeasesOneKey8(b *testing.B)           { LeasesOneKey(b) }
 func BenchmarkQueuePublish(b *testing.B)            { QueuePublish(b) }
 func BenchmarkQueueEndToEnd(b *testing.B)           { QueueEndToEnd(b) }
+func BenchmarkGitHubComment32(b *testing.B)         { GitHubComment(b) }
 func BenchmarkExecutorEndToEnd(b *testing.B)        { ExecutorEndToEnd(b) }
 func BenchmarkHTTPSubmit32(b *testing.B)            { HTTPSubmit(b) }
 
@@ -40,6 +41,9 @@ func TestSuiteRuns(t *testing.T) {
 		}
 		if r.N != 5 || r.OpsPerSec <= 0 {
 			t.Errorf("%s: %d ops at %.1f ops/s", r.Name, r.N, r.OpsPerSec)
+		}
+		if _, measured := processCPU(); measured && r.CPUPerOpMicros <= 0 {
+			t.Errorf("%s: no CPU per op (%v)", r.Name, r.CPUPerOpMicros)
 		}
 	}
 	var table strings.Builder
