@@ -31,27 +31,7 @@ func ExecutorEndToEnd(b *testing.B) {
 	ctx := context.Background()
 	db := openDB(b)
 
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		fatalf(b, "%v", err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		fatalf(b, "start the simulator: %v", err)
-	}
-	b.Cleanup(func() { _ = sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		fatalf(b, "%v", err)
-	}
-	for n := 1; n <= e2eResources; n++ {
-		if _, err := sim.AddIssue(ghsim.DemoOwner, ghsim.DemoRepo, ghsim.NewIssue{Number: 1000 + n, Title: "bench"}); err != nil {
-			fatalf(b, "%v", err)
-		}
-	}
-	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
-	if err != nil {
-		fatalf(b, "%v", err)
-	}
-	b.Cleanup(gh.Close)
+	gh := startSimulator(b)
 
 	coord, err := coordinator.New(coordinator.Config{DB: db})
 	if err != nil {

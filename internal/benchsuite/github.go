@@ -20,27 +20,7 @@ import (
 // makes it.
 func GitHubComment(b *testing.B) {
 	ctx := context.Background()
-	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
-	if err != nil {
-		fatalf(b, "%v", err)
-	}
-	if err := sim.Start(ctx); err != nil {
-		fatalf(b, "start the simulator: %v", err)
-	}
-	b.Cleanup(func() { _ = sim.Close() })
-	if err := sim.SeedDemo(); err != nil {
-		fatalf(b, "%v", err)
-	}
-	for n := 1; n <= e2eResources; n++ {
-		if _, err := sim.AddIssue(ghsim.DemoOwner, ghsim.DemoRepo, ghsim.NewIssue{Number: 1000 + n, Title: "bench"}); err != nil {
-			fatalf(b, "%v", err)
-		}
-	}
-	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
-	if err != nil {
-		fatalf(b, "%v", err)
-	}
-	b.Cleanup(gh.Close)
+	gh := startSimulator(b)
 	client, err := gh.Installation(ghsim.DemoInstallationID)
 	if err != nil {
 		fatalf(b, "%v", err)
@@ -64,4 +44,35 @@ func GitHubComment(b *testing.B) {
 	b.StopTimer()
 	reportRate(b)
 	lat.report(b)
+}
+
+// startSimulator starts the GitHub simulator with e2eResources issues
+// (#1001 on) in octo/demo and no rate limits, and returns the executor's
+// GitHub clients for it (the App's key, the real JWT exchange), both
+// closed when the run ends.
+func startSimulator(b *testing.B) *executor.GitHubClients {
+	b.Helper()
+	ctx := context.Background()
+	sim, err := ghsim.New(ghsim.Config{Limits: ghsim.Limits{PrimaryLimit: -1}})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	if err := sim.Start(ctx); err != nil {
+		fatalf(b, "start the simulator: %v", err)
+	}
+	b.Cleanup(func() { _ = sim.Close() })
+	if err := sim.SeedDemo(); err != nil {
+		fatalf(b, "%v", err)
+	}
+	for n := 1; n <= e2eResources; n++ {
+		if _, err := sim.AddIssue(ghsim.DemoOwner, ghsim.DemoRepo, ghsim.NewIssue{Number: 1000 + n, Title: "bench"}); err != nil {
+			fatalf(b, "%v", err)
+		}
+	}
+	gh, err := executor.NewGitHubClients(executor.GitHubConfig{BaseURL: sim.URL(), AppID: sim.AppID(), PrivateKey: sim.PrivateKeyPEM()})
+	if err != nil {
+		fatalf(b, "%v", err)
+	}
+	b.Cleanup(gh.Close)
+	return gh
 }
