@@ -39,9 +39,11 @@ func (s *Sim) RenameBranch(owner, name, from, to, sender string) error {
 			continue
 		}
 		is.pr.base, is.updatedAt = to, s.now()
-		s.emitPullLocked(r, is, "edited", who, map[string]any{"changes": map[string]any{
-			"base": map[string]any{"ref": map[string]any{"from": from}, "sha": map[string]any{"from": sha}},
-		}})
+		s.emitPullLocked(r, is, "edited", who, func() map[string]any {
+			return map[string]any{"changes": map[string]any{
+				"base": map[string]any{"ref": map[string]any{"from": from}, "sha": map[string]any{"from": sha}},
+			}}
+		})
 	}
 	return nil
 }

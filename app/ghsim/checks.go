@@ -157,9 +157,13 @@ func (s *Sim) completeRunLocked(r *repo, run *checkRun, conclusion string, who *
 	now := s.now()
 	run.status, run.conclusion, run.completedAt = "completed", conclusion, now
 	run.suite.updatedAt = now
-	s.emitRepoLocked(r, "check_run", "completed", who, map[string]any{"check_run": s.renderCheckRun(r, run)})
+	s.emitRepoLocked(r, "check_run", "completed", who, func() map[string]any {
+		return map[string]any{"check_run": s.renderCheckRun(r, run)}
+	})
 	if run.suite.status() == "completed" {
-		s.emitRepoLocked(r, "check_suite", "completed", who, map[string]any{"check_suite": s.renderCheckSuite(r, run.suite)})
+		s.emitRepoLocked(r, "check_suite", "completed", who, func() map[string]any {
+			return map[string]any{"check_suite": s.renderCheckSuite(r, run.suite)}
+		})
 	}
 }
 

@@ -243,8 +243,8 @@ func (s *Sim) addCommentLocked(r *repo, is *issue, body string, who *user, by *a
 	cm := &comment{id: s.newID(), body: body, user: who, app: by, createdAt: now}
 	is.comments = append(is.comments, cm)
 	is.updatedAt = now
-	s.emitRepoLocked(r, "issue_comment", "created", who, map[string]any{
-		"issue": s.renderIssue(r, is), "comment": s.renderComment(r, is, cm),
+	s.emitRepoLocked(r, "issue_comment", "created", who, func() map[string]any {
+		return map[string]any{"issue": s.renderIssue(r, is), "comment": s.renderComment(r, is, cm)}
 	})
 	return cm
 }
@@ -264,7 +264,7 @@ func (s *Sim) addLabelsLocked(r *repo, is *issue, names []string, who *user) {
 		}
 		is.labels = append(is.labels, l)
 		is.updatedAt = s.now()
-		extra := map[string]any{"label": s.renderLabel(r, l)}
+		extra := func() map[string]any { return map[string]any{"label": s.renderLabel(r, l)} }
 		if is.pr != nil {
 			s.emitPullLocked(r, is, "labeled", who, extra)
 		} else {
@@ -284,7 +284,7 @@ func (s *Sim) removeLabelLocked(r *repo, is *issue, nm string, who *user, exact 
 	l := is.labels[i]
 	is.labels = slices.Delete(is.labels, i, i+1)
 	is.updatedAt = s.now()
-	extra := map[string]any{"label": s.renderLabel(r, l)}
+	extra := func() map[string]any { return map[string]any{"label": s.renderLabel(r, l)} }
 	if is.pr != nil {
 		s.emitPullLocked(r, is, "unlabeled", who, extra)
 	} else {

@@ -203,9 +203,11 @@ func (s *Sim) SetPullBase(owner, name string, n int, base, sender string) error 
 		}
 		from, fromSha := is.pr.base, r.baseShaLocked(is)
 		is.pr.base, is.updatedAt = base, s.now()
-		s.emitPullLocked(r, is, "edited", who, map[string]any{"changes": map[string]any{
-			"base": map[string]any{"ref": map[string]any{"from": from}, "sha": map[string]any{"from": fromSha}},
-		}})
+		s.emitPullLocked(r, is, "edited", who, func() map[string]any {
+			return map[string]any{"changes": map[string]any{
+				"base": map[string]any{"ref": map[string]any{"from": from}, "sha": map[string]any{"from": fromSha}},
+			}}
+		})
 		return nil
 	})
 }

@@ -204,7 +204,7 @@ func (s *Sim) moveRefLocked(r *repo, ref, sha string, who *user) {
 			prev := p.headSha
 			p.headSha = sha
 			is.updatedAt = s.now()
-			s.emitPullLocked(r, is, "synchronize", who, map[string]any{"before": prev, "after": sha})
+			s.emitPullLocked(r, is, "synchronize", who, func() map[string]any { return map[string]any{"before": prev, "after": sha} })
 		}
 	}
 }

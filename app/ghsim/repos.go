@@ -242,8 +242,8 @@ func (s *Sim) RenameRepo(owner, name, newName, sender string) error {
 	r.name, r.fullName = newName, r.owner.login+"/"+newName
 	s.renderReprs(r)
 	s.mu.Unlock()
-	s.emitRepoLocked(r, "repository", "renamed", who, map[string]any{
-		"changes": map[string]any{"repository": map[string]any{"name": map[string]any{"from": oldName}}},
+	s.emitRepoLocked(r, "repository", "renamed", who, func() map[string]any {
+		return map[string]any{"changes": map[string]any{"repository": map[string]any{"name": map[string]any{"from": oldName}}}}
 	})
 	return nil
 }

@@ -80,7 +80,11 @@ func SignPayload(secret string, body []byte) string {
 // without one) about repository r, when r's installation's App has a
 // webhook and subscribes to event, and the installation is not suspended. The caller holds r.mu: deliveries of one
 // repository are queued, and sent, in the order of its history.
-func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields map[string]any) {
+//
+// fields (nil for none) renders the event's own fields; it is called only
+// when there is a delivery to make, so that a simulator without a webhook
+// (baton's benchmarks) does not render payloads nobody receives.
+func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields func() map[string]any) {
 	s.mu.RLock()
 	inst := s.installations[r.installationID]
 	var a *app
@@ -105,7 +109,9 @@ func (s *Sim) emitRepoLocked(r *repo, event, action string, sender *user, fields
 	if action != "" {
 		payload["action"] = action
 	}
-	maps.Copy(payload, fields)
+	if fields != nil {
+		maps.Copy(payload, fields())
+	}
 	s.hooks.emit(a.id, "repo:"+strconv.FormatInt(r.id, 10), event, action, inst.id, r.id, payload)
 }
 
@@ -120,43 +126,55 @@ func (s *Sim) renderOrganization(u *user) map[string]any {
 	}
 }
 
-// emitPullLocked emits pull_request with action.
-func (s *Sim) emitPullLocked(r *repo, is *issue, action string, who *user, extra map[string]any) {
-	pr := s.renderPull(r, is)
-	pr["allow_auto_merge"] = false
-	pr["allow_update_branch"] = true
-	pr["delete_branch_on_merge"] = false
-	pr["use_squash_pr_title_as_default"] = false
-	fields := map[string]any{"number": is.number, "pull_request": pr}
-	maps.Copy(fields, extra)
-	s.emitRepoLocked(r, "pull_request", action, who, fields)
+// emitPullLocked emits pull_request with action; extra (nil for none)
+// renders fields of the action's own.
+func (s *Sim) emitPullLocked(r *repo, is *issue, action string, who *user, extra func() map[string]any) {
+	s.emitRepoLocked(r, "pull_request", action, who, func() map[string]any {
+		pr := s.renderPull(r, is)
+		pr["allow_auto_merge"] = false
+		pr["allow_update_branch"] = true
+		pr["delete_branch_on_merge"] = false
+		pr["use_squash_pr_title_as_default"] = false
+		fields := map[string]any{"number": is.number, "pull_request": pr}
+		if extra != nil {
+			maps.Copy(fields, extra())
+		}
+		return fields
+	})
 }
 
-// emitIssueLocked emits issues with action.
-func (s *Sim) emitIssueLocked(r *repo, is *issue, action string, who *user, extra map[string]any) {
-	fields := map[string]any{"issue": s.renderIssue(r, is)}
-	maps.Copy(fields, extra)
-	s.emitRepoLocked(r, "issues", action, who, fields)
+// emitIssueLocked emits issues with action; extra (nil for none) renders
+// fields of the action's own.
+func (s *Sim) emitIssueLocked(r *repo, is *issue, action string, who *user, extra func() map[string]any) {
+	s.emitRepoLocked(r, "issues", action, who, func() map[string]any {
+		fields := map[string]any{"issue": s.renderIssue(r, is)}
+		if extra != nil {
+			maps.Copy(fields, extra())
+		}
+		return fields
+	})
 }
 
 // emitStatusLocked emits status (an event without action).
 func (s *Sim) emitStatusLocked(r *repo, sha string, st *status) {
-	var branches []any
-	for ref, v := range r.refs {
-		if b, ok := cutHeads(ref); ok && v == sha {
-			branches = append(branches, map[string]any{
-				"name": b, "commit": map[string]any{"sha": sha, "url": s.url + "/repos/" + r.fullName + "/commits/" + sha}, "protected": r.protection[b] != nil,
-			})
+	s.emitRepoLocked(r, "status", "", st.creator, func() map[string]any {
+		var branches []any
+		for ref, v := range r.refs {
+			if b, ok := cutHeads(ref); ok && v == sha {
+				branches = append(branches, map[string]any{
+					"name": b, "commit": map[string]any{"sha": sha, "url": s.url + "/repos/" + r.fullName + "/commits/" + sha}, "protected": r.protection[b] != nil,
+				})
+			}
 		}
-	}
-	if branches == nil {
-		branches = []any{}
-	}
-	s.emitRepoLocked(r, "status", "", st.creator, map[string]any{
-		"id": st.id, "sha": sha, "name": r.fullName, "target_url": nilIfEmpty(st.targetURL), "context": st.context,
-		"description": nilIfEmpty(st.description), "state": st.state, "commit": s.renderCommitLocked(r, sha),
-		"branches": branches, "created_at": formatTime(st.createdAt), "updated_at": formatTime(st.createdAt),
-		"avatar_url": nil,
+		if branches == nil {
+			branches = []any{}
+		}
+		return map[string]any{
+			"id": st.id, "sha": sha, "name": r.fullName, "target_url": nilIfEmpty(st.targetURL), "context": st.context,
+			"description": nilIfEmpty(st.description), "state": st.state, "commit": s.renderCommitLocked(r, sha),
+			"branches": branches, "created_at": formatTime(st.createdAt), "updated_at": formatTime(st.createdAt),
+			"avatar_url": nil,
+		}
 	})
 }
 
@@ -202,23 +220,25 @@ func (s *Sim) emitPushLocked(r *repo, ref, before, after string, existed bool, w
 	if !existed {
 		before = zeroSHA
 	}
-	forced := existed && after != zeroSHA && !r.isAncestor(before, after)
-	var head any
-	commits := []any{}
-	if c := r.commits[after]; c != nil {
-		hc := s.renderHeadCommit(r, c)
-		pc := map[string]any{
-			"id": c.sha, "tree_id": hc["tree_id"], "distinct": true, "message": c.message, "timestamp": hc["timestamp"],
-			"url": s.url + "/" + r.fullName + "/commit/" + c.sha, "author": hc["author"], "committer": hc["committer"],
-			"added": []any{}, "removed": []any{}, "modified": []any{},
+	s.emitRepoLocked(r, "push", "", who, func() map[string]any {
+		forced := existed && after != zeroSHA && !r.isAncestor(before, after)
+		var head any
+		commits := []any{}
+		if c := r.commits[after]; c != nil {
+			hc := s.renderHeadCommit(r, c)
+			pc := map[string]any{
+				"id": c.sha, "tree_id": hc["tree_id"], "distinct": true, "message": c.message, "timestamp": hc["timestamp"],
+				"url": s.url + "/" + r.fullName + "/commit/" + c.sha, "author": hc["author"], "committer": hc["committer"],
+				"added": []any{}, "removed": []any{}, "modified": []any{},
+			}
+			head = pc
+			commits = append(commits, pc)
 		}
-		head = pc
-		commits = append(commits, pc)
-	}
-	s.emitRepoLocked(r, "push", "", who, map[string]any{
-		"ref": "refs/" + ref, "before": before, "after": after, "created": !existed, "deleted": after == zeroSHA,
-		"forced": forced, "base_ref": nil, "compare": s.url + "/" + r.fullName + "/compare/" + before[:12] + "..." + after[:12],
-		"commits": commits, "head_commit": head, "pusher": map[string]any{"name": who.login, "email": nil},
+		return map[string]any{
+			"ref": "refs/" + ref, "before": before, "after": after, "created": !existed, "deleted": after == zeroSHA,
+			"forced": forced, "base_ref": nil, "compare": s.url + "/" + r.fullName + "/compare/" + before[:12] + "..." + after[:12],
+			"commits": commits, "head_commit": head, "pusher": map[string]any{"name": who.login, "email": nil},
+		}
 	})
 }
 
