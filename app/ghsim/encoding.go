@@ -1,6 +1,7 @@
 package ghsim
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rand"
 	"crypto/sha1"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -109,6 +111,37 @@ func removeID(ids []int64, id int64) []int64 {
 
 func sortBy[T any, K cmp.Ordered](xs []T, key func(T) K) {
 	slices.SortFunc(xs, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+}
+
+// encodeBuffers recycles the buffers that responses and webhook payloads
+// are encoded into: most are a few kilobytes, and growing a fresh buffer to
+// that size for every request was a large share of the simulator's
+// allocations. Buffers grown past maxPooledBuffer are left to the GC.
+var encodeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+const maxPooledBuffer = 1 << 20
+
+// withEncoded calls f with v encoded by appendJSON into a recycled buffer,
+// which f must not retain.
+func withEncoded(v any, f func([]byte)) error {
+	bp := encodeBuffers.Get().(*[]byte)
+	b, err := appendJSON((*bp)[:0], v)
+	if err == nil {
+		f(b)
+		*bp = b[:0]
+	}
+	if cap(*bp) <= maxPooledBuffer {
+		encodeBuffers.Put(bp)
+	}
+	return err
+}
+
+// encodeJSON encodes v by appendJSON into a slice of its own, of the
+// encoding's size.
+func encodeJSON(v any) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := withEncoded(v, func(b []byte) { out = bytes.Clone(b) })
+	return out, err
 }
 
 // appendJSON encodes v as encoding/json would (object keys sorted), but

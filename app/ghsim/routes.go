@@ -208,15 +208,15 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 		w.WriteHeader(status)
 		return
 	}
-	b, err := appendJSON(make([]byte, 0, 1024), body)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = mustJSON(errorBody("encode the response: "+err.Error(), docsRoot))
+	send := func(status int, b []byte) {
+		w.Header().Set("Content-Type", mediaTypeJSON)
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(status)
+		_, _ = w.Write(b)
 	}
-	w.Header().Set("Content-Type", mediaTypeJSON)
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	if err := withEncoded(body, func(b []byte) { send(status, b) }); err != nil {
+		send(http.StatusInternalServerError, mustJSON(errorBody("encode the response: "+err.Error(), docsRoot)))
+	}
 }
 
 // dropConnection closes the client's connection without an answer.

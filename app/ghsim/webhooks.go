@@ -371,12 +371,10 @@ func (d *dispatcher) emit(appID int64, key, event, action string, instID, repoID
 	if !active {
 		return
 	}
-	body, err := appendJSON(nil, payload)
+	body, err := encodeJSON(payload)
 	if err != nil {
 		return
 	}
-	// The log keeps it: not the room appendJSON's growth left beyond it.
-	body = bytes.Clone(body)
 	d.enqueue(&outgoing{id: d.s.newID(), guid: newGUID(), appID: appID, key: key, event: event, action: action, instID: instID, repoID: repoID, body: body})
 }
 
