@@ -235,18 +235,23 @@ func (s *Sim) AddComment(owner, name string, n int, body, sender string) (int64,
 	if body == "" {
 		return 0, fmt.Errorf("ghsim: empty comment: %w", ErrInvalid)
 	}
-	return s.addCommentLocked(r, is, body, who, nil).id, nil
+	cm, _ := s.addCommentLocked(r, is, body, who, nil)
+	return cm.id, nil
 }
 
-func (s *Sim) addCommentLocked(r *repo, is *issue, body string, who *user, by *app) *comment {
+// addCommentLocked posts a comment and returns it with its REST
+// representation, rendered once for its issue_comment event and the REST
+// answer alike (the event's payload is encoded before the call returns).
+func (s *Sim) addCommentLocked(r *repo, is *issue, body string, who *user, by *app) (*comment, map[string]any) {
 	now := s.now()
 	cm := &comment{id: s.newID(), body: body, user: who, app: by, createdAt: now}
 	is.comments = append(is.comments, cm)
 	is.updatedAt = now
+	rendered := s.renderComment(r, is, cm)
 	s.emitRepoLocked(r, "issue_comment", "created", who, func() map[string]any {
-		return map[string]any{"issue": s.renderIssue(r, is), "comment": s.renderComment(r, is, cm)}
+		return map[string]any{"issue": s.renderIssue(r, is), "comment": rendered}
 	})
-	return cm
+	return cm, rendered
 }
 
 // addLabelsLocked adds labels (creating them in the repository if new) and
@@ -380,9 +385,8 @@ func (s *Sim) createComment(c *call) response {
 	if resp, stop := missingIssue(is, ok); stop {
 		return resp
 	}
-	cm := s.addCommentLocked(c.repo, is, req.Body, c.sender(), c.app)
+	_, body := s.addCommentLocked(c.repo, is, req.Body, c.sender(), c.app)
 	c.applied("issue:"+c.repo.fullName+"#"+strconv.Itoa(is.number), http.StatusCreated)
-	body := s.renderComment(c.repo, is, cm)
 	return response{status: http.StatusCreated, body: body, header: http.Header{"Location": {body["url"].(string)}}}
 }
 
