@@ -195,12 +195,15 @@ func (l *limiter) takeSecondary(inst int64, now time.Time) (ok bool, retryAfter 
 	return true, 0, false
 }
 
+// setRateHeaders sets GitHub's x-ratelimit-* headers. Their names are
+// spelt as net/http canonicalises (and sends) them, which spares Set
+// canonicalising each one anew, an allocation per header per request.
 func setRateHeaders(h http.Header, r rate) {
-	h.Set("X-RateLimit-Limit", strconv.Itoa(r.limit))
-	h.Set("X-RateLimit-Remaining", strconv.Itoa(r.remaining))
-	h.Set("X-RateLimit-Used", strconv.Itoa(r.used))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(r.reset.Unix(), 10))
-	h.Set("X-RateLimit-Resource", "core")
+	h.Set("X-Ratelimit-Limit", strconv.Itoa(r.limit))
+	h.Set("X-Ratelimit-Remaining", strconv.Itoa(r.remaining))
+	h.Set("X-Ratelimit-Used", strconv.Itoa(r.used))
+	h.Set("X-Ratelimit-Reset", strconv.FormatInt(r.reset.Unix(), 10))
+	h.Set("X-Ratelimit-Resource", "core")
 }
 
 // bucket names the primary budget a call spends.

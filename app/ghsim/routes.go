@@ -100,7 +100,9 @@ func (s *Sim) routes() http.Handler {
 			r2.URL.RawPath = ""
 			r = r2
 		}
-		w.Header().Set("X-GitHub-Request-Id", s.newRequestID())
+		// Header names are spelt as net/http canonicalises (and sends)
+		// them, X-Github-…, which spares Set canonicalising them anew.
+		w.Header().Set("X-Github-Request-Id", s.newRequestID())
 		// GitHub's Date and its rate-limit resets come from one clock;
 		// baton measures the one against the other.
 		w.Header().Set("Date", s.now().UTC().Format(http.TimeFormat))
@@ -129,10 +131,10 @@ func (s *Sim) routes() http.Handler {
 // writes, injected faults, the secondary rate limit,
 // then the handler.
 func (s *Sim) serve(w http.ResponseWriter, r *http.Request, rt *route) {
-	c := &call{s: s, w: w, r: r, rt: rt, path: r.URL.Path, requestID: w.Header().Get("X-GitHub-Request-Id"), started: s.now()}
+	c := &call{s: s, w: w, r: r, rt: rt, path: r.URL.Path, requestID: w.Header().Get("X-Github-Request-Id"), started: s.now()}
 	h := w.Header()
-	h.Set("X-GitHub-Media-Type", "github.v3; format=json")
-	h.Set("X-GitHub-Api-Version-Selected", "2022-11-28")
+	h.Set("X-Github-Media-Type", "github.v3; format=json")
+	h.Set("X-Github-Api-Version-Selected", "2022-11-28")
 
 	if resp, ok := s.authenticate(c); !ok {
 		s.limits.anonymousHeaders(h, s.now())
