@@ -95,7 +95,12 @@ func (s *Sim) routes() http.Handler {
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := strings.CutPrefix(r.URL.Path, apiV3Prefix); ok && (p == "" || p[0] == '/') {
-			r2 := r.Clone(r.Context())
+			// A shallow copy with its own URL, as http.StripPrefix makes:
+			// Clone would copy every header too.
+			r2 := new(http.Request)
+			*r2 = *r
+			r2.URL = new(url.URL)
+			*r2.URL = *r.URL
 			r2.URL.Path = cmp.Or(p, "/")
 			r2.URL.RawPath = ""
 			r = r2
