@@ -49,7 +49,7 @@ func mustJSON(v any) json.RawMessage {
 
 // nodeID makes a GraphQL-style node ID for an object.
 func nodeID(prefix string, id int64) string {
-	return prefix + base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("ghsim:%d", id)))
+	return prefix + base64.RawURLEncoding.EncodeToString(strconv.AppendInt([]byte("ghsim:"), id, 10))
 }
 
 func randomHex(n int) string {
