@@ -271,10 +271,32 @@ func (s *Sim) Handler() http.Handler { return s.handler }
 // newID returns a fresh ID for any object (IDs are unique across kinds).
 func (s *Sim) newID() int64 { return s.nextID.Add(1) }
 
-// newRequestID returns a fresh X-GitHub-Request-Id shaped like GitHub's.
+// newRequestID returns a fresh X-GitHub-Request-Id shaped like GitHub's:
+// "5E1A:%04X:%06X:%06X:%08X" of the sequence number's three parts and the
+// time, each of which fits its width. Every request makes one, so it is
+// written without fmt and its boxing of each argument.
 func (s *Sim) newRequestID() string {
 	n := s.reqSeq.Add(1)
-	return fmt.Sprintf("5E1A:%04X:%06X:%06X:%08X", n>>40&0xffff, n>>20&0xfffff, n&0xfffff, uint32(s.now().Unix()))
+	b := make([]byte, 0, len("5E1A:0000:000000:000000:00000000"))
+	b = append(b, "5E1A:"...)
+	b = appendUpperHex(b, n>>40&0xffff, 4)
+	b = append(b, ':')
+	b = appendUpperHex(b, n>>20&0xfffff, 6)
+	b = append(b, ':')
+	b = appendUpperHex(b, n&0xfffff, 6)
+	b = append(b, ':')
+	b = appendUpperHex(b, uint64(uint32(s.now().Unix())), 8)
+	return string(b)
+}
+
+// appendUpperHex appends v in upper-case hex, zero-padded to width digits;
+// v must fit in width digits.
+func appendUpperHex(b []byte, v uint64, width int) []byte {
+	const digits = "0123456789ABCDEF"
+	for i := width - 1; i >= 0; i-- {
+		b = append(b, digits[v>>(4*uint(i))&0xf])
+	}
+	return b
 }
 
 func isLoopbackHost(host string) bool {
