@@ -156,7 +156,8 @@ func appendJSON(buf []byte, v any) ([]byte, error) {
 		if t == nil {
 			return append(buf, "null"...), nil
 		}
-		keys := make([]string, 0, len(t))
+		var small [32]string // the keys of most objects, without an allocation
+		keys := small[:0]
 		for k := range t {
 			keys = append(keys, k)
 		}
