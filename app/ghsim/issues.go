@@ -494,13 +494,15 @@ func (s *Sim) renderComment(r *repo, is *issue, cm *comment) map[string]any {
 		via = cm.app.json
 	}
 	created := formatTime(cm.createdAt)
+	id, num := strconv.FormatInt(cm.id, 10), strconv.Itoa(is.number)
+	self := api + "/issues/comments/" + id
 	return map[string]any{
-		"id": cm.id, "node_id": nodeID("IC_", cm.id), "url": api + "/issues/comments/" + strconv.FormatInt(cm.id, 10),
-		"html_url":  s.url + "/" + r.fullName + "/issues/" + strconv.Itoa(is.number) + "#issuecomment-" + strconv.FormatInt(cm.id, 10),
-		"issue_url": api + "/issues/" + strconv.Itoa(is.number), "body": cm.body, "user": cm.user.json,
+		"id": cm.id, "node_id": nodeID("IC_", cm.id), "url": self,
+		"html_url":  s.url + "/" + r.fullName + "/issues/" + num + "#issuecomment-" + id,
+		"issue_url": api + "/issues/" + num, "body": cm.body, "user": cm.user.json,
 		"created_at": created, "updated_at": created,
 		"author_association": association(r, cm.user), "performed_via_github_app": via,
-		"reactions": reactions(api + "/issues/comments/" + strconv.FormatInt(cm.id, 10) + "/reactions"),
+		"reactions": reactions(self + "/reactions"),
 	}
 }
 
