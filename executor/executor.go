@@ -124,6 +124,7 @@ type Executor struct {
 	nudger     Nudger
 	turns      turnstile
 	metrics    *metrics
+	terminal   *finishedSet // the operations this executor made terminal
 }
 
 // New validates cfg and returns an Executor. Call Start before Submit and
@@ -177,6 +178,7 @@ func New(cfg Config) (*Executor, error) {
 		pauses:     newPauses(),
 		pacer:      newPacer(cfg.Pacing, cfg.Now),
 		metrics:    m,
+		terminal:   newFinishedSet(cfg.Store, cfg.Now),
 	}
 	e.writer, _ = cfg.Store.(RecordWriter)
 	e.nudger, _ = cfg.Dispatcher.(Nudger)
@@ -258,6 +260,7 @@ func (e *Executor) List(ctx context.Context, f ListFilter) ([]schema.Record, str
 // in flight is never interrupted). A terminal operation is
 // schema.ErrAlreadyTerminal.
 func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Record, error) {
+	epoch := e.terminal.mark()
 	rec, err := e.store.RequestCancel(ctx, operationID)
 	if err == nil && rec.Status == schema.StatusRunning {
 		e.cancels.notify(operationID)
@@ -287,6 +290,7 @@ func (e *Executor) Cancel(ctx context.Context, operationID string) (schema.Recor
 		zap.String(LogOperationID, operationID), zap.String(LogStatus, string(rec.Status)))
 	if cancelled {
 		// Cancelled while queued: terminal now, without Process.
+		e.terminal.add(operationID, epoch)
 		e.metrics.finished(&rec)
 		if f := e.cfg.OnFinished; f != nil {
 			f(rec.Clone())

@@ -104,7 +104,8 @@ type InstallationResolver interface {
 // after the other in creation order, so the next one's turn comes exactly
 // when this one ends, while its own message may be far back in the queue
 // or waiting out a delay. That message, delivered later, finds it
-// terminal.
+// terminal: the executor remembers the operations it made terminal (see
+// finishedSet) and acknowledges it without reading the store.
 func (e *Executor) Process(ctx context.Context, operationID string) Result {
 	if e.leases == nil || e.writer == nil || e.gh == nil {
 		return failed(errors.New("executor: Process needs Config.Leases, Config.GitHub and a store that implements RecordWriter"))
@@ -174,6 +175,11 @@ func (e *Executor) nudge(ctx context.Context, operationID string) {
 // the operation when this call made it terminal. handedOff says that the
 // operation is known to be the oldest unfinished one on its resource.
 func (e *Executor) processOne(ctx context.Context, operationID string, handedOff bool) (Result, *schema.Resource) {
+	if e.terminal.has(operationID) {
+		// Made terminal here (by a handoff, usually): done, as reading
+		// the record would say, without reading it.
+		return done(), nil
+	}
 	for range 3 {
 		rec, err := e.store.Get(ctx, operationID)
 		if errors.Is(err, schema.ErrNotFound) {
@@ -962,9 +968,11 @@ func (r *runner) finish(status schema.Status, result any, category, message stri
 		}
 		r.rec.Result = b
 	}
+	epoch := r.e.terminal.mark()
 	if err := r.release(); err != nil {
 		return r.lost(err)
 	}
+	r.e.terminal.add(r.rec.OperationID, epoch)
 	fields := []zap.Field{zap.String(LogEvent, "operation_"+string(status)), zap.Int(LogAttempt, r.rec.Attempts)}
 	if category != "" {
 		fields = append(fields, zap.String(LogErrorCategory, category))

@@ -59,6 +59,10 @@ func (s *SQLiteStore) prune(ctx context.Context, before time.Time, chunk int) (i
 					d, _ := res.RowsAffected()
 					n += d
 				}
+				if n > 0 {
+					// Before the commit: see pruneEpoch.
+					s.pruned.Add(1)
+				}
 				return nil
 			})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/sqlite"
@@ -23,6 +24,9 @@ import (
 type SQLiteStore struct {
 	db  *sqlite.DB
 	now func() time.Time
+	// pruned counts the prunes that deleted records on db (see
+	// pruneEpoch).
+	pruned *atomic.Uint64
 }
 
 var _ Store = (*SQLiteStore)(nil)
@@ -33,8 +37,14 @@ func NewSQLiteStore(db *sqlite.DB, now func() time.Time) *SQLiteStore {
 	if now == nil {
 		now = time.Now
 	}
-	return &SQLiteStore{db: db, now: now}
+	return &SQLiteStore{db: db, now: now, pruned: pruneEpochOf(db)}
 }
+
+// pruneEpoch implements prunable: it moves before a prune that deletes
+// records commits, so that the executor forgets the terminal operations it
+// remembers (finishedSet) before the store can create a new operation
+// with one of their IDs.
+func (s *SQLiteStore) pruneEpoch() uint64 { return s.pruned.Load() }
 
 // Create implements Store.
 func (s *SQLiteStore) Create(ctx context.Context, rec *schema.Record) (schema.Record, bool, error) {
