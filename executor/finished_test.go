@@ -180,3 +180,26 @@ func TestFinishedSetBounds(t *testing.T) {
 		t.Error("the set kept entries across a prune")
 	}
 }
+
+// The operation a handoff carries out next is read with the lookup that
+// finds it: the worker reads each record once.
+func TestHandoffReadsTheNextRecordOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{})
+	ctx := context.Background()
+	e, store, finished := newCountingExecutor(t, s)
+	first := createUndispatched(t, s, "handoff-1", issue(10))
+	second := createUndispatched(t, s, "handoff-2", issue(10))
+	if r := e.Process(ctx, first.OperationID); r.Kind != ResultDone {
+		t.Fatalf("Process: %v (%v)", r, r.Err)
+	}
+	if got := s.await(t, second.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
+		t.Fatalf("the second operation: status %s, want succeeded by the handoff", got.Status)
+	}
+	if n := finished.Load(); n != 2 {
+		t.Errorf("%d operations finished, want 2", n)
+	}
+	if n := store.gets.Load(); n != 1 {
+		t.Errorf("the worker read records %d times, want once (the first operation's)", n)
+	}
+}

@@ -110,7 +110,7 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 	if e.leases == nil || e.writer == nil || e.gh == nil {
 		return failed(errors.New("executor: Process needs Config.Leases, Config.GitHub and a store that implements RecordWriter"))
 	}
-	res, finished := e.processOne(ctx, operationID, false)
+	res, finished := e.processOne(ctx, operationID, false, nil)
 	if finished == nil {
 		return res
 	}
@@ -119,7 +119,7 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 		// The lookup must also work when the worker is stopping (ctx
 		// ended): the next operation is then handed to the queue.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		next, ok, err := e.writer.NextPending(lctx, *finished)
+		next, rec, ok, err := e.nextPending(lctx, *finished)
 		cancel()
 		if err != nil || !ok {
 			break
@@ -135,7 +135,7 @@ func (e *Executor) Process(ctx context.Context, operationID string) Result {
 		// next is the resource's oldest unfinished operation, and none
 		// older can appear (seq only grows, nothing leaves a terminal
 		// status): process need not look again.
-		r, fin := e.processOne(ctx, next, true)
+		r, fin := e.processOne(ctx, next, true, rec)
 		if r.Kind != ResultDone {
 			// It waits for something else (a pace, a pause, a lease held
 			// elsewhere) or failed: give it a message of its own now, so
@@ -171,17 +171,51 @@ func (e *Executor) nudge(ctx context.Context, operationID string) {
 	}
 }
 
+// pendingReader is implemented by a RecordWriter that can return the
+// next operation of a resource with its record in one read
+// (*SQLiteStore): the handoff then need not read the record again.
+type pendingReader interface {
+	nextPendingRecord(ctx context.Context, res schema.Resource) (schema.Record, bool, error)
+}
+
+// nextPending returns the oldest unfinished operation on res, and its
+// record when the store read it too (nil otherwise).
+func (e *Executor) nextPending(ctx context.Context, res schema.Resource) (string, *schema.Record, bool, error) {
+	if pr, ok := e.writer.(pendingReader); ok {
+		if rec, ok, err := pr.nextPendingRecord(ctx, res); err == nil {
+			if !ok {
+				return "", nil, false, nil
+			}
+			return rec.OperationID, &rec, true, nil
+		}
+		// (The store failed, or the record cannot be read: as without
+		// the record, so that the failure is the next operation's.)
+	}
+	id, ok, err := e.writer.NextPending(ctx, res)
+	return id, nil, ok, err
+}
+
 // processOne is Process without the handoff. finished is the resource of
 // the operation when this call made it terminal. handedOff says that the
-// operation is known to be the oldest unfinished one on its resource.
-func (e *Executor) processOne(ctx context.Context, operationID string, handedOff bool) (Result, *schema.Resource) {
+// operation is known to be the oldest unfinished one on its resource;
+// read, if not nil, is its record as read with that (in place of a first
+// read).
+func (e *Executor) processOne(ctx context.Context, operationID string, handedOff bool, read *schema.Record) (Result, *schema.Resource) {
 	if e.terminal.has(operationID) {
 		// Made terminal here (by a handoff, usually): done, as reading
 		// the record would say, without reading it.
 		return done(), nil
 	}
 	for range 3 {
-		rec, err := e.store.Get(ctx, operationID)
+		var (
+			rec schema.Record
+			err error
+		)
+		if read != nil {
+			rec, read = *read, nil
+		} else {
+			rec, err = e.store.Get(ctx, operationID)
+		}
 		if errors.Is(err, schema.ErrNotFound) {
 			e.log.Warn("message for an unknown operation", zap.String(LogEvent, "unknown_operation"), zap.String(LogOperationID, operationID))
 			return done(), nil

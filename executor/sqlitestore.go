@@ -254,6 +254,22 @@ func (s *SQLiteStore) NextPending(ctx context.Context, res schema.Resource) (str
 	return id, true, nil
 }
 
+// nextPendingRecord is NextPending returning the operation's record too,
+// read in the same query (see pendingReader).
+func (s *SQLiteStore) nextPendingRecord(ctx context.Context, res schema.Resource) (schema.Record, bool, error) {
+	rec, err := scanRecord(s.db.QueryRow(ctx, `SELECT body, cancellation_requested, dispatched_at, version
+		FROM operations INDEXED BY operations_pending_resource
+		WHERE resource_type = ? AND resource_id = ? AND status IN ('queued', 'running')
+		ORDER BY seq LIMIT 1`, res.Type, res.ID))
+	if errors.Is(err, schema.ErrNotFound) {
+		return schema.Record{}, false, nil
+	}
+	if err != nil {
+		return schema.Record{}, false, fmt.Errorf("executor: next operation on the resource: %w", err)
+	}
+	return rec, true, nil
+}
+
 // OlderPending reports whether the resource of rec has an operation created
 // before rec that is not finished: the executor runs a resource's
 // operations in the order they were created.
