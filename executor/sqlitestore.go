@@ -161,16 +161,8 @@ func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) e
 	if err != nil {
 		return nil, fmt.Errorf("executor: encode record: %w", err)
 	}
-	var from []any
-	for _, st := range schema.Statuses {
-		if schema.CanTransition(st, rec.Status) {
-			from = append(from, string(st))
-		}
-	}
-	for len(from) < 3 {
-		from = append(from, "")
-	}
-	if len(from) > 3 {
+	from := saveSources[rec.Status]
+	if len(from) != 3 {
 		return nil, fmt.Errorf("executor: status table allows more than 3 sources of %s", rec.Status)
 	}
 	return func(tx *sqlite.Tx) error {
@@ -208,6 +200,26 @@ func (s *SQLiteStore) SaveFunc(rec *schema.Record, cas bool) (func(*sqlite.Tx) e
 		return s.refused(tx, rec, cas)
 	}, nil
 }
+
+// saveSources are, for each status, the statuses a save may move a record
+// from to it (schema.CanTransition), padded with "" to the three the
+// UPDATE of SaveFunc takes: worked out once, not on every save.
+var saveSources = func() map[schema.Status][]any {
+	m := make(map[schema.Status][]any, len(schema.Statuses))
+	for _, to := range schema.Statuses {
+		var from []any
+		for _, st := range schema.Statuses {
+			if schema.CanTransition(st, to) {
+				from = append(from, string(st))
+			}
+		}
+		for len(from) < 3 {
+			from = append(from, "")
+		}
+		m[to] = from
+	}
+	return m
+}()
 
 // refused explains why a save changed nothing.
 func (s *SQLiteStore) refused(tx *sqlite.Tx, rec *schema.Record, cas bool) error {
