@@ -84,9 +84,10 @@ GitHub simulator (32 workers, 200 resources) and HTTP submissions from 32
 clients. Each builds its stack in a temporary directory with SQLite's
 synchronous=FULL. It prints the table docs/PERFORMANCE.md shows: ops/s,
 p50 and p99 of one op in milliseconds, the process's CPU time per op in
-microseconds (the simulator and NATS run in the process too), and notes; with --json, its results
-instead, where each benchmark's "elapsed" (its measured run's time) is in
-nanoseconds and "p50Ms"/"p99Ms" in milliseconds. --benchtime sets how long
+microseconds (the simulator and NATS run in the process too), and notes;
+with --json, its results instead, where each benchmark's "elapsed" (its
+measured run's time) is in nanoseconds, "p50Ms"/"p99Ms" in milliseconds
+and "cpuMicrosPerOp" in microseconds. --benchtime sets how long
 each benchmark's measured run lasts (or, as "500x", how many ops it makes);
 --filter selects benchmarks by a regular expression on their names. The
 flags of one mode are refused in the other.`,
