@@ -269,8 +269,7 @@ func (s *SQLiteStore) NextPending(ctx context.Context, res schema.Resource) (str
 // nextPendingRecord is NextPending returning the operation's record too,
 // read in the same query (see pendingReader).
 func (s *SQLiteStore) nextPendingRecord(ctx context.Context, res schema.Resource) (schema.Record, bool, error) {
-	rec, err := scanRecord(s.db.QueryRow(ctx, `SELECT body, cancellation_requested, dispatched_at, version
-		FROM operations INDEXED BY operations_pending_resource
+	rec, err := scanRecord(s.db.QueryRow(ctx, selectRecord+` INDEXED BY operations_pending_resource
 		WHERE resource_type = ? AND resource_id = ? AND status IN ('queued', 'running')
 		ORDER BY seq LIMIT 1`, res.Type, res.ID))
 	if errors.Is(err, schema.ErrNotFound) {
