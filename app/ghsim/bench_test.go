@@ -18,29 +18,7 @@ import (
 // making content-creating requests on 200 issues, with no limits and no
 // faults: what baton's end-to-end benchmarks drive through it.
 func BenchmarkMutations(b *testing.B) {
-	sim, err := New(Config{PrivateKey: sharedKey(b), Limits: Limits{PrimaryLimit: -1}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sim.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer sim.Close()
-	if _, err := sim.AddRepo("octo", "bench", 1); err != nil {
-		b.Fatal(err)
-	}
-	for n := 1; n <= 200; n++ {
-		if _, err := sim.AddIssue("octo", "bench", NewIssue{Number: n}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer tr.CloseIdleConnections()
-	itr, err := ghinstallation.New(tr, sim.AppID(), 1, sim.PrivateKeyPEM())
-	if err != nil {
-		b.Fatal(err)
-	}
-	itr.BaseURL = sim.URL()
+	sim, itr := benchSim(b, Config{})
 	gh, _ := github.NewClient(&http.Client{Transport: itr}).WithEnterpriseURLs(sim.URL(), sim.URL())
 	var next atomic.Int64
 	b.SetParallelism(16) // 16 × GOMAXPROCS goroutines
