@@ -62,6 +62,17 @@ func commentsOn(t *testing.T, s *stack, n int) int {
 	return len(is.Comments)
 }
 
+// redeliveryReads delivers id to e again, which must acknowledge it, and
+// returns how many records that read from store.
+func redeliveryReads(t *testing.T, e *Executor, store *countingStore, id string) int64 {
+	t.Helper()
+	reads := store.gets.Load()
+	if r := e.Process(context.Background(), id); r.Kind != ResultDone {
+		t.Fatalf("redelivery: %v (%v), want done", r, r.Err)
+	}
+	return store.gets.Load() - reads
+}
+
 // A delivery of an operation this executor finished (its own message,
 // after a handoff carried it out) is acknowledged without reading the
 // store, and changes nothing: no call, no second OnFinished. After a
@@ -81,11 +92,7 @@ func TestRedeliveryOfFinishedOperationReadsNoRecord(t *testing.T) {
 	if got := s.await(t, rec.OperationID, 10*time.Second); got.Status != schema.StatusSucceeded {
 		t.Fatalf("status %s, want succeeded", got.Status)
 	}
-	reads := store.gets.Load()
-	if r := e.Process(ctx, rec.OperationID); r.Kind != ResultDone {
-		t.Fatalf("redelivery: %v (%v), want done", r, r.Err)
-	}
-	if n := store.gets.Load() - reads; n != 0 {
+	if n := redeliveryReads(t, e, store, rec.OperationID); n != 0 {
 		t.Errorf("the redelivery of a finished operation read the store %d times, want none", n)
 	}
 	if n := finished.Load(); n != 1 {
@@ -95,10 +102,7 @@ func TestRedeliveryOfFinishedOperationReadsNoRecord(t *testing.T) {
 	// Restarted: the process remembers nothing, and the store says
 	// terminal.
 	e2, store2, finished2 := newCountingExecutor(t, s)
-	if r := e2.Process(ctx, rec.OperationID); r.Kind != ResultDone {
-		t.Fatalf("redelivery after a restart: %v (%v), want done", r, r.Err)
-	}
-	if n := store2.gets.Load(); n != 1 {
+	if n := redeliveryReads(t, e2, store2, rec.OperationID); n != 1 {
 		t.Errorf("the redelivery after a restart read the store %d times, want once", n)
 	}
 	if n := finished2.Load(); n != 0 {
@@ -139,11 +143,7 @@ func TestRedeliveryOfCancelledOperationReadsNoRecord(t *testing.T) {
 	if got, err := e.Cancel(ctx, rec.OperationID); err != nil || got.Status != schema.StatusCancelled {
 		t.Fatalf("cancel: %v, %v", got.Status, err)
 	}
-	reads := store.gets.Load()
-	if r := e.Process(ctx, rec.OperationID); r.Kind != ResultDone {
-		t.Fatalf("Process: %v (%v), want done", r, r.Err)
-	}
-	if n := store.gets.Load() - reads; n != 0 {
+	if n := redeliveryReads(t, e, store, rec.OperationID); n != 0 {
 		t.Errorf("the delivery of a cancelled operation read the store %d times, want none", n)
 	}
 	if n := finished.Load(); n != 1 {
